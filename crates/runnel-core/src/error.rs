@@ -1,0 +1,44 @@
+//! The one error type of the state machine. Each variant is a protocol
+//! outcome the HTTP layer maps to a status; none is an internal failure.
+
+use crate::offset::Offset;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CoreError {
+    #[error("stream not found")]
+    NotFound,
+    #[error("stream was deleted and is retained only for its forks")]
+    Gone,
+    #[error("stream exists with a different configuration")]
+    ConfigMismatch,
+    #[error("stream name is held by a deleted stream that forks still read")]
+    NameHeldBySoftDeleted,
+    #[error("content type does not match the stream's")]
+    ContentTypeMismatch,
+    #[error("stream is closed")]
+    Closed { next_offset: Offset },
+    #[error("Stream-Seq must be greater than the last one ({last})")]
+    StreamSeqRegression { last: String },
+    #[error("producer epoch is stale; current epoch is {current}")]
+    ProducerStaleEpoch { current: u64 },
+    #[error("a new producer epoch must start at Producer-Seq 0")]
+    ProducerEpochSeqNotZero,
+    #[error("producer sequence gap: expected {expected}, received {received}")]
+    ProducerSeqGap { expected: u64, received: u64 },
+    #[error("fork source stream not found")]
+    ForkSourceNotFound,
+    #[error("fork source stream was deleted")]
+    ForkSourceGone,
+    #[error("fork offset is beyond the source stream's tail")]
+    ForkOffsetBeyondTail,
+    #[error("fork offset does not fall on a message boundary")]
+    ForkOffsetNotOnBoundary,
+    #[error("Stream-Fork-Sub-Offset is beyond the append at the fork offset")]
+    SubOffsetOutOfRange,
+    #[error("offset is beyond the stream's tail")]
+    OffsetBeyondTail,
+    #[error("offset does not fall on a message boundary")]
+    OffsetNotOnBoundary,
+    #[error("stream would grow beyond the largest representable offset")]
+    StreamFull,
+}

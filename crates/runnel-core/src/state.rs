@@ -1,0 +1,551 @@
+//! The deterministic state machine over all streams of one group.
+//!
+//! [`StreamsState::apply`] takes a logged [`Entry`] and the log location of
+//! its data and changes state; the same entries in the same order always
+//! give the same state and the same answers. Time comes only from the
+//! entry. Reads ([`crate::read`]) never change logged state; they only renew
+//! the in-memory sliding TTL.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicI64;
+
+use crate::command::{AppendToStream, Command, CreateStream, Entry, ForkFrom, StreamId};
+use crate::error::CoreError;
+use crate::offset::{Offset, MAX_POSITION};
+use crate::stream::{media_type, Chunk, ContentKind, ForkBase, ProducerState, StreamState};
+
+/// What a successful command did, with what the response needs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Applied {
+    Created {
+        stream: StreamInfo,
+        /// False when the stream already existed with the same
+        /// configuration (idempotent create).
+        created: bool,
+    },
+    Appended {
+        next_offset: Offset,
+        closed: bool,
+        /// Producer epoch and highest accepted sequence, when the append
+        /// carried producer headers.
+        producer: Option<(u64, u64)>,
+        /// The producer had already appended this sequence: nothing stored.
+        duplicate: bool,
+    },
+    Deleted,
+    Expired {
+        count: usize,
+    },
+}
+
+/// A stream's metadata as responses report it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamInfo {
+    pub id: StreamId,
+    pub content_type: String,
+    pub kind: ContentKind,
+    pub next_offset: Offset,
+    pub closed: bool,
+    pub ttl_secs: Option<u64>,
+    pub expires_at_ms: Option<i64>,
+}
+
+impl StreamInfo {
+    pub(crate) fn of(s: &StreamState) -> StreamInfo {
+        StreamInfo {
+            id: s.id,
+            content_type: s.content_type.clone(),
+            kind: s.kind,
+            next_offset: Offset(s.tail),
+            closed: s.closed,
+            ttl_secs: s.ttl_secs,
+            expires_at_ms: s.expires_at_ms,
+        }
+    }
+}
+
+/// A contiguous run of a chunk as the engine must copy it out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slice {
+    pub loc: u64,
+    pub len: u64,
+}
+
+/// The chunk containing a position, as seen through a fork chain: its end
+/// clipped by the lowest fork point on the way.
+pub(crate) struct ChunkView<'a> {
+    pub start: u64,
+    pub end: u64,
+    pub message_ends: Option<&'a [u32]>,
+    pub json: bool,
+}
+
+impl ChunkView<'_> {
+    /// Message boundaries strictly inside (start, end], absolute.
+    fn boundaries(&self) -> Vec<u64> {
+        match self.message_ends {
+            Some(ends) => ends
+                .iter()
+                .map(|e| self.start + u64::from(*e))
+                .filter(|e| *e <= self.end)
+                .collect(),
+            None => vec![self.end],
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct StreamsState {
+    pub(crate) names: HashMap<String, StreamId>,
+    pub(crate) streams: HashMap<StreamId, StreamState>,
+    next_id: StreamId,
+    /// Streams whose tail, closure or existence changed since the last
+    /// [`StreamsState::take_changed`]: the engine wakes their readers.
+    changed: Vec<StreamId>,
+}
+
+impl StreamsState {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Applies one logged entry. `data_len` and `data_loc` give the length
+    /// of the entry's data and where the engine stored it.
+    pub fn apply(
+        &mut self,
+        entry: &Entry,
+        data_len: u64,
+        data_loc: u64,
+    ) -> Result<Applied, CoreError> {
+        let now = entry.now_ms;
+        match &entry.command {
+            Command::Create(c) => self.create(c, now, data_len, data_loc),
+            Command::Append(a) => self.append(a, now, data_len, data_loc),
+            Command::Delete { name } => self.delete(name),
+            Command::Expire { ids } => Ok(self.expire(ids)),
+        }
+    }
+
+    /// Streams changed since the last call.
+    pub fn take_changed(&mut self) -> Vec<StreamId> {
+        std::mem::take(&mut self.changed)
+    }
+
+    pub fn stream(&self, id: StreamId) -> Option<&StreamState> {
+        self.streams.get(&id)
+    }
+
+    pub fn stream_by_name(&self, name: &str) -> Option<&StreamState> {
+        self.names.get(name).and_then(|id| self.streams.get(id))
+    }
+
+    pub fn stream_count(&self) -> usize {
+        self.streams.len()
+    }
+
+    /// Live (not soft-deleted) streams whose TTL or expiry has passed.
+    pub fn expired_ids(&self, now_ms: i64) -> Vec<StreamId> {
+        self.streams
+            .values()
+            .filter(|s| !s.soft_deleted && s.is_expired(now_ms))
+            .map(|s| s.id)
+            .collect()
+    }
+
+    /// The id of `name`'s stream if it is live but expired: the engine
+    /// proposes its expiry before any command that names it.
+    pub fn expired_id(&self, name: &str, now_ms: i64) -> Option<StreamId> {
+        self.stream_by_name(name)
+            .filter(|s| !s.soft_deleted && s.is_expired(now_ms))
+            .map(|s| s.id)
+    }
+
+    /// After recovery: renew every sliding TTL to `now_ms`. Read renewals
+    /// are not logged, so replay alone could expire a stream early; this
+    /// errs towards keeping data.
+    pub fn renew_all_ttls(&mut self, now_ms: i64) {
+        for s in self.streams.values() {
+            if s.ttl_secs.is_some() {
+                s.touch(now_ms);
+            }
+        }
+    }
+
+    fn create(
+        &mut self,
+        c: &CreateStream,
+        now: i64,
+        data_len: u64,
+        loc: u64,
+    ) -> Result<Applied, CoreError> {
+        if let Some(existing) = self.stream_by_name(&c.name) {
+            if existing.soft_deleted {
+                return Err(CoreError::NameHeldBySoftDeleted);
+            }
+            if !same_config(existing, c) {
+                return Err(CoreError::ConfigMismatch);
+            }
+            return Ok(Applied::Created {
+                stream: StreamInfo::of(existing),
+                created: false,
+            });
+        }
+
+        let (base, content_type, ttl_secs, expires_at_ms) = match &c.fork {
+            Some(fork) => {
+                let source_id = *self
+                    .names
+                    .get(&fork.source)
+                    .ok_or(CoreError::ForkSourceNotFound)?;
+                let source = &self.streams[&source_id];
+                if source.soft_deleted {
+                    return Err(CoreError::ForkSourceGone);
+                }
+                let content_type = match &c.content_type {
+                    Some(ct) if media_type(ct) != source.media_type => {
+                        return Err(CoreError::ContentTypeMismatch)
+                    }
+                    Some(ct) => ct.clone(),
+                    None => source.content_type.clone(),
+                };
+                let (ttl, expires) = if c.ttl_secs.is_none() && c.expires_at_ms.is_none() {
+                    (source.ttl_secs, source.expires_at_ms)
+                } else {
+                    (c.ttl_secs, c.expires_at_ms)
+                };
+                let point = self.resolve_fork_point(source_id, fork)?;
+                (
+                    Some(ForkBase {
+                        source: source_id,
+                        point,
+                    }),
+                    content_type,
+                    ttl,
+                    expires,
+                )
+            }
+            None => (
+                None,
+                c.content_type
+                    .clone()
+                    .unwrap_or_else(|| "application/octet-stream".to_string()),
+                c.ttl_secs,
+                c.expires_at_ms,
+            ),
+        };
+
+        let start = base.as_ref().map_or(0, |b| b.point);
+        if start.saturating_add(data_len) > MAX_POSITION {
+            return Err(CoreError::StreamFull);
+        }
+        if let Some(b) = &base {
+            self.streams
+                .get_mut(&b.source)
+                .expect("source exists")
+                .fork_refs += 1;
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        let mut stream = StreamState {
+            id,
+            name: c.name.clone(),
+            media_type: media_type(&content_type),
+            kind: ContentKind::of(&content_type),
+            content_type,
+            ttl_secs,
+            expires_at_ms,
+            created_at_ms: now,
+            last_access_ms: AtomicI64::new(now),
+            closed: c.closed,
+            tail: start,
+            base,
+            fork_spec: c.fork.clone(),
+            chunks: Vec::new(),
+            producers: HashMap::new(),
+            last_stream_seq: None,
+            fork_refs: 0,
+            soft_deleted: false,
+        };
+        push_chunk(&mut stream, data_len, loc, &c.body.message_ends);
+        let info = StreamInfo::of(&stream);
+        self.names.insert(c.name.clone(), id);
+        self.streams.insert(id, stream);
+        self.changed.push(id);
+        Ok(Applied::Created {
+            stream: info,
+            created: true,
+        })
+    }
+
+    fn append(
+        &mut self,
+        a: &AppendToStream,
+        now: i64,
+        data_len: u64,
+        loc: u64,
+    ) -> Result<Applied, CoreError> {
+        let id = *self.names.get(&a.name).ok_or(CoreError::NotFound)?;
+        let s = self.streams.get_mut(&id).expect("named streams exist");
+        if s.soft_deleted {
+            return Err(CoreError::Gone);
+        }
+        let close_only = a.close && data_len == 0;
+
+        // A retry of an accepted producer append is acknowledged before
+        // any other check, closure included: it changes nothing.
+        if let Some(p) = &a.producer {
+            if let Some(state) = s.producers.get(&p.id) {
+                if p.epoch == state.epoch && p.seq <= state.last_seq {
+                    return Ok(Applied::Appended {
+                        next_offset: Offset(s.tail),
+                        closed: s.closed,
+                        producer: Some((state.epoch, state.last_seq)),
+                        duplicate: true,
+                    });
+                }
+            }
+        }
+        if s.closed {
+            if close_only {
+                s.touch(now);
+                return Ok(Applied::Appended {
+                    next_offset: Offset(s.tail),
+                    closed: true,
+                    producer: None,
+                    duplicate: false,
+                });
+            }
+            return Err(CoreError::Closed {
+                next_offset: Offset(s.tail),
+            });
+        }
+        if !close_only {
+            let matches = a
+                .content_type
+                .as_deref()
+                .is_some_and(|ct| media_type(ct) == s.media_type);
+            if !matches {
+                return Err(CoreError::ContentTypeMismatch);
+            }
+        }
+        let producer_update = match &a.producer {
+            Some(p) => Some(check_producer(
+                s.producers.get(&p.id).copied(),
+                p.epoch,
+                p.seq,
+            )?),
+            None => None,
+        };
+        if let (Some(seq), Some(last)) = (&a.stream_seq, &s.last_stream_seq) {
+            if seq <= last {
+                return Err(CoreError::StreamSeqRegression { last: last.clone() });
+            }
+        }
+        if s.tail.saturating_add(data_len) > MAX_POSITION {
+            return Err(CoreError::StreamFull);
+        }
+
+        // Accepted: every check above passed, now change state.
+        push_chunk(s, data_len, loc, &a.body.message_ends);
+        if let (Some(p), Some(update)) = (&a.producer, producer_update) {
+            s.producers.insert(p.id.clone(), update);
+        }
+        if let Some(seq) = &a.stream_seq {
+            s.last_stream_seq = Some(seq.clone());
+        }
+        if a.close {
+            s.closed = true;
+        }
+        s.touch(now);
+        let applied = Applied::Appended {
+            next_offset: Offset(s.tail),
+            closed: s.closed,
+            producer: a.producer.as_ref().map(|p| (p.epoch, p.seq)),
+            duplicate: false,
+        };
+        self.changed.push(id);
+        Ok(applied)
+    }
+
+    fn delete(&mut self, name: &str) -> Result<Applied, CoreError> {
+        let id = *self.names.get(name).ok_or(CoreError::NotFound)?;
+        let s = self.streams.get_mut(&id).expect("named streams exist");
+        if s.soft_deleted {
+            return Err(CoreError::Gone);
+        }
+        self.retire(id);
+        Ok(Applied::Deleted)
+    }
+
+    fn expire(&mut self, ids: &[StreamId]) -> Applied {
+        let mut count = 0;
+        for id in ids {
+            if self.streams.get(id).is_some_and(|s| !s.soft_deleted) {
+                self.retire(*id);
+                count += 1;
+            }
+        }
+        Applied::Expired { count }
+    }
+
+    /// Deletes a live stream: soft when forks still read it, else fully,
+    /// releasing its own fork source (which may cascade).
+    fn retire(&mut self, id: StreamId) {
+        self.changed.push(id);
+        let s = self.streams.get_mut(&id).expect("retired streams exist");
+        if s.fork_refs > 0 {
+            s.soft_deleted = true;
+            return;
+        }
+        let mut next = Some(id);
+        while let Some(id) = next.take() {
+            let s = self.streams.remove(&id).expect("removed streams exist");
+            if self.names.get(&s.name) == Some(&id) {
+                self.names.remove(&s.name);
+            }
+            self.changed.push(id);
+            if let Some(base) = s.base {
+                let source = self
+                    .streams
+                    .get_mut(&base.source)
+                    .expect("fork sources outlive forks");
+                source.fork_refs -= 1;
+                if source.soft_deleted && source.fork_refs == 0 {
+                    next = Some(base.source);
+                }
+            }
+        }
+    }
+
+    /// Where a fork of `source_id` begins, from its offset and sub-offset.
+    fn resolve_fork_point(&self, source_id: StreamId, fork: &ForkFrom) -> Result<u64, CoreError> {
+        let source = &self.streams[&source_id];
+        let base_point = match fork.offset {
+            Some(o) if o > source.tail => return Err(CoreError::ForkOffsetBeyondTail),
+            Some(o) => o,
+            None => source.tail,
+        };
+        if !self.is_boundary(source_id, base_point) {
+            return Err(CoreError::ForkOffsetNotOnBoundary);
+        }
+        if fork.sub_offset == 0 {
+            return Ok(base_point);
+        }
+        let view = self
+            .chunk_view(source_id, base_point)
+            .ok_or(CoreError::SubOffsetOutOfRange)?;
+        let point = if view.json {
+            let after: Vec<u64> = view
+                .boundaries()
+                .into_iter()
+                .filter(|b| *b > base_point)
+                .collect();
+            let index = usize::try_from(fork.sub_offset - 1).unwrap_or(usize::MAX);
+            *after.get(index).ok_or(CoreError::SubOffsetOutOfRange)?
+        } else {
+            let point = base_point.saturating_add(fork.sub_offset);
+            if point > view.end {
+                return Err(CoreError::SubOffsetOutOfRange);
+            }
+            point
+        };
+        Ok(point)
+    }
+
+    /// The chunk containing `pos` in stream `id`'s view.
+    pub(crate) fn chunk_view(&self, id: StreamId, pos: u64) -> Option<ChunkView<'_>> {
+        let mut s = self.streams.get(&id)?;
+        let json = s.is_json();
+        let mut limit = s.tail;
+        loop {
+            if pos >= s.own_start() {
+                let chunk = &s.chunks[s.own_chunk_index(pos)?];
+                return Some(ChunkView {
+                    start: chunk.start,
+                    end: chunk.end().min(limit),
+                    message_ends: chunk.message_ends.as_deref(),
+                    json,
+                })
+                .filter(|v| pos < v.end);
+            }
+            let base = s.base.as_ref()?;
+            limit = limit.min(base.point);
+            s = self.streams.get(&base.source)?;
+        }
+    }
+
+    /// Whether a read or fork may start at `pos`: any position up to the
+    /// tail for byte streams, only message boundaries for JSON streams.
+    pub(crate) fn is_boundary(&self, id: StreamId, pos: u64) -> bool {
+        let Some(s) = self.streams.get(&id) else {
+            return false;
+        };
+        if pos > s.tail {
+            return false;
+        }
+        if !s.is_json() || pos == s.tail || pos == 0 {
+            return true;
+        }
+        match self.chunk_view(id, pos) {
+            Some(view) => view.start == pos || view.boundaries().contains(&pos),
+            None => false,
+        }
+    }
+}
+
+/// Whether an existing stream answers an idempotent create.
+fn same_config(existing: &StreamState, c: &CreateStream) -> bool {
+    let content_type_ok = match &c.content_type {
+        Some(ct) => media_type(ct) == existing.media_type,
+        None => c.fork.is_some() || existing.media_type == "application/octet-stream",
+    };
+    let inherits_expiry = c.fork.is_some() && c.ttl_secs.is_none() && c.expires_at_ms.is_none();
+    let expiry_ok = inherits_expiry
+        || (c.ttl_secs == existing.ttl_secs && c.expires_at_ms == existing.expires_at_ms);
+    content_type_ok && expiry_ok && c.fork == existing.fork_spec
+}
+
+/// Producer validation: the state to store if the append is accepted.
+fn check_producer(
+    state: Option<ProducerState>,
+    epoch: u64,
+    seq: u64,
+) -> Result<ProducerState, CoreError> {
+    let accepted = ProducerState {
+        epoch,
+        last_seq: seq,
+    };
+    match state {
+        None if seq == 0 => Ok(accepted),
+        None => Err(CoreError::ProducerSeqGap {
+            expected: 0,
+            received: seq,
+        }),
+        Some(s) if epoch < s.epoch => Err(CoreError::ProducerStaleEpoch { current: s.epoch }),
+        Some(s) if epoch > s.epoch => {
+            if seq == 0 {
+                Ok(accepted)
+            } else {
+                Err(CoreError::ProducerEpochSeqNotZero)
+            }
+        }
+        Some(s) if seq == s.last_seq + 1 => Ok(accepted),
+        Some(s) => Err(CoreError::ProducerSeqGap {
+            expected: s.last_seq + 1,
+            received: seq,
+        }),
+    }
+}
+
+fn push_chunk(s: &mut StreamState, data_len: u64, loc: u64, message_ends: &[u32]) {
+    if data_len == 0 {
+        return;
+    }
+    s.chunks.push(Chunk {
+        start: s.tail,
+        len: data_len,
+        loc,
+        message_ends: (message_ends.len() > 1).then(|| message_ends.into()),
+    });
+    s.tail += data_len;
+}

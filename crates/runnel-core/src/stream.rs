@@ -1,0 +1,183 @@
+//! One stream's state: configuration, tail, producer table, and the index
+//! from stream positions to where the bytes live in the log.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+use crate::command::{ForkFrom, StreamId};
+
+/// How a stream's bytes are framed and rendered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ContentKind {
+    /// `application/json`: message framing, array reads.
+    Json,
+    /// `text/*`: SSE carries the text as is.
+    Text,
+    /// Anything else: SSE carries base64.
+    Binary,
+}
+
+/// The media type of a Content-Type value: before any `;`, trimmed,
+/// lower-cased. Two content types match when their media types do.
+pub fn media_type(content_type: &str) -> String {
+    content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase()
+}
+
+impl ContentKind {
+    pub fn of(content_type: &str) -> ContentKind {
+        let media = media_type(content_type);
+        if media == "application/json" {
+            ContentKind::Json
+        } else if media.starts_with("text/") {
+            ContentKind::Text
+        } else {
+            ContentKind::Binary
+        }
+    }
+}
+
+/// One append's bytes: where they sit in the stream and in the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Chunk {
+    /// Stream position of the first byte.
+    pub start: u64,
+    pub len: u64,
+    /// Log location of the first byte (opaque to the state machine).
+    pub loc: u64,
+    /// For JSON chunks of more than one message: end of each message,
+    /// relative to `start`.
+    pub message_ends: Option<Box<[u32]>>,
+}
+
+impl Chunk {
+    pub fn end(&self) -> u64 {
+        self.start + self.len
+    }
+}
+
+/// Where a fork's inherited bytes come from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct ForkBase {
+    pub source: StreamId,
+    /// Positions below this are read from the source.
+    pub point: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ProducerState {
+    pub epoch: u64,
+    pub last_seq: u64,
+}
+
+#[derive(Debug)]
+pub struct StreamState {
+    pub id: StreamId,
+    pub name: String,
+    /// The Content-Type as given at creation, returned on reads.
+    pub content_type: String,
+    pub(crate) media_type: String,
+    pub kind: ContentKind,
+    pub ttl_secs: Option<u64>,
+    pub expires_at_ms: Option<i64>,
+    pub created_at_ms: i64,
+    /// Last read or write, for sliding TTL. Reads renew it without a log
+    /// entry, hence atomic (it is touched under a shared lock).
+    pub(crate) last_access_ms: AtomicI64,
+    pub closed: bool,
+    /// Position after the last byte.
+    pub tail: u64,
+    pub(crate) base: Option<ForkBase>,
+    /// The fork request that created this stream, for idempotent re-creates.
+    pub(crate) fork_spec: Option<ForkFrom>,
+    pub(crate) chunks: Vec<Chunk>,
+    pub(crate) producers: HashMap<String, ProducerState>,
+    pub(crate) last_stream_seq: Option<String>,
+    /// Live forks reading this stream's bytes.
+    pub(crate) fork_refs: u32,
+    /// Deleted, but kept because forks still read it (answers 410).
+    pub soft_deleted: bool,
+}
+
+impl StreamState {
+    pub fn is_json(&self) -> bool {
+        self.kind == ContentKind::Json
+    }
+
+    /// First position owned by this stream (a fork's inherited range ends
+    /// here).
+    pub(crate) fn own_start(&self) -> u64 {
+        self.base.as_ref().map_or(0, |b| b.point)
+    }
+
+    pub fn last_access_ms(&self) -> i64 {
+        self.last_access_ms.load(Ordering::Relaxed)
+    }
+
+    /// Renews the sliding TTL (reads and writes, never HEAD).
+    pub fn touch(&self, now_ms: i64) {
+        self.last_access_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// When the stream expires, if it does: the earlier of its absolute
+    /// expiry and its sliding TTL.
+    pub fn expires_at(&self) -> Option<i64> {
+        let by_ttl = self.ttl_secs.map(|ttl| {
+            self.last_access_ms().saturating_add(
+                i64::try_from(ttl)
+                    .unwrap_or(i64::MAX / 1000)
+                    .saturating_mul(1000),
+            )
+        });
+        match (self.expires_at_ms, by_ttl) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        self.expires_at().is_some_and(|at| at <= now_ms)
+    }
+
+    /// Index of the own chunk containing `pos`, if any.
+    pub(crate) fn own_chunk_index(&self, pos: u64) -> Option<usize> {
+        let idx = self.chunks.partition_point(|c| c.start <= pos);
+        let idx = idx.checked_sub(1)?;
+        (pos < self.chunks[idx].end()).then_some(idx)
+    }
+
+    /// Bytes of index memory this stream holds (for the memory budget and
+    /// documentation of index cost per GiB).
+    pub fn index_bytes(&self) -> usize {
+        self.chunks.capacity() * std::mem::size_of::<Chunk>()
+            + self
+                .chunks
+                .iter()
+                .map(|c| c.message_ends.as_ref().map_or(0, |m| m.len() * 4))
+                .sum::<usize>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_types_compare_case_and_parameter_insensitively() {
+        assert_eq!(
+            media_type("Application/JSON; charset=utf-8"),
+            "application/json"
+        );
+        assert_eq!(ContentKind::of("APPLICATION/JSON"), ContentKind::Json);
+        assert_eq!(ContentKind::of("text/plain"), ContentKind::Text);
+        assert_eq!(
+            ContentKind::of("application/octet-stream"),
+            ContentKind::Binary
+        );
+        assert_eq!(ContentKind::of("image/png"), ContentKind::Binary);
+    }
+}

@@ -1,0 +1,325 @@
+//! The local group engine: proposals are logged in the node's shared log,
+//! applied once durable, and answered.
+//!
+//! One task per group owns the order of its commands. It appends each
+//! proposal to the log as it arrives (so proposals of all groups share the
+//! committer's next fsync) and applies the queued entries, in order, as
+//! the durable position passes them. Rejected commands are logged too:
+//! whether a command is accepted is decided only when it is applied, the
+//! same way on every replay.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use bytes::Bytes;
+use runnel_core::{
+    Applied, Command, Entry, ReadFrom, ReadPlan, StreamId, StreamInfo, StreamsState,
+};
+use runnel_log::{Log, LogError};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::tail::TailNotifier;
+use crate::{now_ms, BoxFuture, EngineError, GroupEngine, ReadResult};
+
+/// The durable position of the shared log, or the error that stopped it.
+pub type DurableState = Result<u64, LogError>;
+
+/// Limits on work queued in one group.
+#[derive(Debug, Clone, Copy)]
+pub struct GroupLimits {
+    /// Proposals waiting for the commit task.
+    pub max_pending_proposals: usize,
+    /// Body bytes proposed but not yet applied.
+    pub max_inflight_bytes: u64,
+}
+
+struct Proposal {
+    entry: Entry,
+    reply: oneshot::Sender<Result<Applied, EngineError>>,
+    bytes: u64,
+}
+
+/// A logged entry waiting for the durable position to pass it.
+struct InFlight {
+    entry: Entry,
+    data_len: u64,
+    data_loc: u64,
+    end: u64,
+    reply: oneshot::Sender<Result<Applied, EngineError>>,
+    bytes: u64,
+}
+
+pub struct LocalGroup {
+    index: u32,
+    state: Arc<RwLock<StreamsState>>,
+    log: Arc<Log>,
+    proposals: mpsc::Sender<Proposal>,
+    tails: Arc<TailNotifier>,
+    inflight_bytes: Arc<AtomicU64>,
+    limits: GroupLimits,
+}
+
+impl LocalGroup {
+    /// Starts the group's commit task over recovered `state`.
+    pub(crate) fn start(
+        index: u32,
+        state: StreamsState,
+        log: Arc<Log>,
+        durable: watch::Receiver<DurableState>,
+        limits: GroupLimits,
+    ) -> Arc<LocalGroup> {
+        let (tx, rx) = mpsc::channel(limits.max_pending_proposals.max(1));
+        let group = Arc::new(LocalGroup {
+            index,
+            state: Arc::new(RwLock::new(state)),
+            log,
+            proposals: tx,
+            tails: Arc::new(TailNotifier::default()),
+            inflight_bytes: Arc::new(AtomicU64::new(0)),
+            limits,
+        });
+        let task = CommitTask {
+            index,
+            state: Arc::clone(&group.state),
+            log: Arc::clone(&group.log),
+            tails: Arc::clone(&group.tails),
+            inflight_bytes: Arc::clone(&group.inflight_bytes),
+            pending: VecDeque::new(),
+            payload: Vec::new(),
+        };
+        tokio::spawn(task.run(rx, durable));
+        group
+    }
+
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Expired streams of this group, for the sweeper.
+    pub(crate) fn expired_ids(&self, now_ms: i64) -> Vec<StreamId> {
+        self.state.read().expect("state lock").expired_ids(now_ms)
+    }
+
+    /// Streams in the group (live and soft-deleted).
+    pub fn stream_count(&self) -> usize {
+        self.state.read().expect("state lock").stream_count()
+    }
+
+    pub(crate) async fn submit(&self, entry: Entry) -> Result<Applied, EngineError> {
+        let bytes = 64 + entry.command.body().map_or(0, |b| b.data.len() as u64);
+        let before = self.inflight_bytes.fetch_add(bytes, Ordering::AcqRel);
+        // One proposal always fits, so a single large body is never refused
+        // on an idle node; past that the byte budget applies.
+        if before > 0 && before + bytes > self.limits.max_inflight_bytes {
+            self.inflight_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(EngineError::Overloaded);
+        }
+        let (reply, answer) = oneshot::channel();
+        if let Err(e) = self.proposals.try_send(Proposal {
+            entry,
+            reply,
+            bytes,
+        }) {
+            self.inflight_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            return Err(match e {
+                mpsc::error::TrySendError::Full(_) => EngineError::Overloaded,
+                mpsc::error::TrySendError::Closed(_) => EngineError::ShuttingDown,
+            });
+        }
+        answer.await.map_err(|_| EngineError::ShuttingDown)?
+    }
+
+    fn fetch(&self, plan: ReadPlan) -> Result<ReadResult, EngineError> {
+        let total = plan.byte_len() as usize;
+        let mut body = vec![0u8; total];
+        let mut at = 0;
+        for slice in &plan.slices {
+            let end = at + slice.len as usize;
+            self.log
+                .read_at(slice.loc, &mut body[at..end])
+                .map_err(EngineError::Storage)?;
+            at = end;
+        }
+        Ok(ReadResult {
+            plan,
+            body: Bytes::from(body),
+        })
+    }
+}
+
+impl GroupEngine for LocalGroup {
+    fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, EngineError>> {
+        Box::pin(async move {
+            let now = now_ms();
+            // Expiry is decided here, by the proposer, and logged; applying
+            // never consults the sliding TTL (reads renew it unlogged).
+            let expired: Vec<StreamId> = {
+                let state = self.state.read().expect("state lock");
+                command
+                    .names()
+                    .into_iter()
+                    .filter_map(|name| state.expired_id(name, now))
+                    .collect()
+            };
+            if !expired.is_empty() {
+                self.submit(Entry {
+                    now_ms: now,
+                    command: Command::Expire { ids: expired },
+                })
+                .await?;
+            }
+            self.submit(Entry {
+                now_ms: now,
+                command,
+            })
+            .await
+        })
+    }
+
+    fn head(&self, name: &str) -> Result<StreamInfo, EngineError> {
+        Ok(self
+            .state
+            .read()
+            .expect("state lock")
+            .head(name, now_ms())?)
+    }
+
+    fn read(&self, name: &str, from: ReadFrom, max_bytes: u64) -> Result<ReadResult, EngineError> {
+        let plan =
+            self.state
+                .read()
+                .expect("state lock")
+                .plan_read(name, from, max_bytes, now_ms())?;
+        self.fetch(plan)
+    }
+
+    fn read_by_id(
+        &self,
+        id: StreamId,
+        position: u64,
+        max_bytes: u64,
+    ) -> Result<ReadResult, EngineError> {
+        let plan = self.state.read().expect("state lock").plan_read_by_id(
+            id,
+            position,
+            max_bytes,
+            now_ms(),
+        )?;
+        self.fetch(plan)
+    }
+
+    fn subscribe(&self, id: StreamId) -> watch::Receiver<u64> {
+        self.tails.subscribe(id)
+    }
+}
+
+/// The task that orders, logs and applies one group's commands.
+struct CommitTask {
+    index: u32,
+    state: Arc<RwLock<StreamsState>>,
+    log: Arc<Log>,
+    tails: Arc<TailNotifier>,
+    inflight_bytes: Arc<AtomicU64>,
+    pending: VecDeque<InFlight>,
+    /// Reused encoding buffer.
+    payload: Vec<u8>,
+}
+
+/// Proposals taken from the queue per wake-up before applying.
+const MAX_BATCH: usize = 4096;
+
+impl CommitTask {
+    async fn run(
+        mut self,
+        mut proposals: mpsc::Receiver<Proposal>,
+        mut durable: watch::Receiver<DurableState>,
+    ) {
+        let mut open = true;
+        loop {
+            if !open && self.pending.is_empty() {
+                return;
+            }
+            tokio::select! {
+                biased;
+                changed = durable.changed(), if !self.pending.is_empty() => {
+                    if changed.is_err() {
+                        self.fail_all(EngineError::ShuttingDown);
+                        return;
+                    }
+                }
+                proposal = proposals.recv(), if open => match proposal {
+                    Some(p) => {
+                        self.log_proposal(p);
+                        for _ in 1..MAX_BATCH {
+                            match proposals.try_recv() {
+                                Ok(p) => self.log_proposal(p),
+                                Err(_) => break,
+                            }
+                        }
+                    }
+                    None => open = false,
+                },
+            }
+            let status = durable.borrow_and_update().clone();
+            self.apply_durable(status);
+        }
+    }
+
+    fn log_proposal(&mut self, mut p: Proposal) {
+        let data_len = p.entry.command.body().map_or(0, |b| b.data.len() as u64);
+        self.payload.clear();
+        self.payload.extend_from_slice(&self.index.to_le_bytes());
+        p.entry.encode_into(&mut self.payload);
+        match self.log.append(&self.payload) {
+            Ok(at) => {
+                p.entry.command.release_data();
+                self.pending.push_back(InFlight {
+                    entry: p.entry,
+                    data_len,
+                    data_loc: at.payload_pos + self.payload.len() as u64 - data_len,
+                    end: at.end,
+                    reply: p.reply,
+                    bytes: p.bytes,
+                });
+            }
+            Err(err) => {
+                self.inflight_bytes.fetch_sub(p.bytes, Ordering::AcqRel);
+                let _ = p.reply.send(Err(EngineError::Storage(err)));
+            }
+        }
+    }
+
+    /// Applies, in order, every queued entry the durable position covers.
+    fn apply_durable(&mut self, status: DurableState) {
+        let durable = match status {
+            Ok(position) => position,
+            Err(err) => return self.fail_all(EngineError::Storage(err)),
+        };
+        if self.pending.front().is_none_or(|f| f.end > durable) {
+            return;
+        }
+        let mut answers = Vec::new();
+        let changed = {
+            let mut state = self.state.write().expect("state lock");
+            while self.pending.front().is_some_and(|f| f.end <= durable) {
+                let f = self.pending.pop_front().expect("front exists");
+                let result = state.apply(&f.entry, f.data_len, f.data_loc);
+                answers.push((f.reply, result, f.bytes));
+            }
+            state.take_changed()
+        };
+        self.tails.notify(&changed);
+        for (reply, result, bytes) in answers {
+            self.inflight_bytes.fetch_sub(bytes, Ordering::AcqRel);
+            let _ = reply.send(result.map_err(EngineError::Core));
+        }
+    }
+
+    fn fail_all(&mut self, err: EngineError) {
+        for f in self.pending.drain(..) {
+            self.inflight_bytes.fetch_sub(f.bytes, Ordering::AcqRel);
+            let _ = f.reply.send(Err(err.clone()));
+        }
+    }
+}

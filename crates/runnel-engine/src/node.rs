@@ -1,0 +1,282 @@
+//! A node: its data directory, its shared log, its groups, the routing of
+//! stream names to groups, and the background sweeper that expires
+//! streams.
+//!
+//! Data directory layout:
+//!
+//! ```text
+//! DATA_DIR/runnel.meta   format and group count (a restart must agree)
+//! DATA_DIR/log/          segment files of the shared log
+//! ```
+//!
+//! Each log record is `[group: u32 LE][encoded entry]`; recovery replays
+//! every record into its group's state before the node serves.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use runnel_core::{Applied, Command, Entry, ReadFrom, StreamInfo, StreamsState};
+use runnel_log::{Log, LogError, LogOptions, SyncMode};
+use tokio::sync::watch;
+
+use crate::local::{DurableState, GroupLimits, LocalGroup};
+use crate::{now_ms, EngineError, GroupEngine, ReadResult};
+
+const META_FILE: &str = "runnel.meta";
+const FORMAT: u32 = 1;
+
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    pub data_dir: PathBuf,
+    /// Groups the node's streams are spread over.
+    pub groups: u32,
+    pub sync: SyncMode,
+    pub segment_bytes: u64,
+    /// Largest log record (one command, body included).
+    pub max_record_bytes: u32,
+    pub max_pending_proposals: usize,
+    pub max_inflight_bytes: u64,
+    /// How often expired streams are swept.
+    pub sweep_interval: Duration,
+}
+
+impl EngineConfig {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
+        EngineConfig {
+            data_dir: data_dir.into(),
+            groups: 1,
+            sync: SyncMode::Batch,
+            segment_bytes: 256 << 20,
+            max_record_bytes: 128 << 20,
+            max_pending_proposals: 65_536,
+            max_inflight_bytes: 512 << 20,
+            sweep_interval: Duration::from_millis(500),
+        }
+    }
+}
+
+/// Why a node could not open.
+#[derive(Debug, thiserror::Error)]
+pub enum OpenError {
+    #[error("data directory {path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error(
+        "data directory was written with {found}, but this node is configured with {configured}"
+    )]
+    MetaMismatch { found: String, configured: String },
+    #[error(transparent)]
+    Log(#[from] LogError),
+    #[error("log record at {position} cannot be decoded: {reason}")]
+    CorruptEntry { position: u64, reason: String },
+}
+
+pub struct Node {
+    groups: Vec<Arc<LocalGroup>>,
+    log: Arc<Log>,
+    sweeper: tokio::task::JoinHandle<()>,
+}
+
+impl Node {
+    /// Opens the data directory, recovers every group, and starts serving.
+    /// Must be called inside a Tokio runtime.
+    pub fn open(config: &EngineConfig) -> Result<Arc<Node>, OpenError> {
+        let groups = config.groups.max(1);
+        check_meta(&config.data_dir, groups)?;
+
+        let mut states: Vec<StreamsState> = (0..groups).map(|_| StreamsState::new()).collect();
+        let (durable_tx, durable_rx) = watch::channel::<DurableState>(Ok(0));
+        let listener = Box::new(move |status: Result<u64, LogError>| {
+            let _ = durable_tx.send_replace(status);
+        });
+        let options = LogOptions {
+            segment_bytes: config.segment_bytes,
+            sync: config.sync,
+            max_record_bytes: config.max_record_bytes,
+        };
+        let mut records = 0u64;
+        let mut decode_failure = None;
+        let log = Log::open(&config.data_dir.join("log"), options, listener, |record| {
+            records += 1;
+            if let Err(reason) = replay(&mut states, record.payload_pos, record.payload) {
+                decode_failure.get_or_insert(OpenError::CorruptEntry {
+                    position: record.payload_pos,
+                    reason,
+                });
+            }
+            Ok(())
+        })?;
+        if let Some(err) = decode_failure {
+            return Err(err);
+        }
+        let log = Arc::new(log);
+        // Until the first commit the channel holds 0: entries proposed from
+        // now on all end past the recovered log, so none applies early.
+        let recovered_end = log.durable_position();
+
+        let now = now_ms();
+        let limits = GroupLimits {
+            max_pending_proposals: config.max_pending_proposals,
+            max_inflight_bytes: config.max_inflight_bytes,
+        };
+        let groups: Vec<Arc<LocalGroup>> = states
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut state)| {
+                state.renew_all_ttls(now);
+                state.take_changed();
+                LocalGroup::start(
+                    i as u32,
+                    state,
+                    Arc::clone(&log),
+                    durable_rx.clone(),
+                    limits,
+                )
+            })
+            .collect();
+        tracing::info!(
+            data_dir = %config.data_dir.display(),
+            records,
+            log_bytes = recovered_end,
+            groups = groups.len(),
+            "recovered"
+        );
+        let sweeper = tokio::spawn(sweep(groups.clone(), config.sweep_interval));
+        Ok(Arc::new(Node {
+            groups,
+            log,
+            sweeper,
+        }))
+    }
+
+    /// The group that owns `name`.
+    pub fn group_for(&self, name: &str) -> &Arc<LocalGroup> {
+        &self.groups[group_index(name, self.groups.len())]
+    }
+
+    /// The group engine that owns `name`, for reads that follow a stream.
+    pub fn engine_for(&self, name: &str) -> &dyn GroupEngine {
+        self.group_for(name).as_ref()
+    }
+
+    pub fn groups(&self) -> &[Arc<LocalGroup>] {
+        &self.groups
+    }
+
+    /// Proposes a command to the group of the stream it names.
+    pub async fn propose(&self, command: Command) -> Result<Applied, EngineError> {
+        let names = command.names();
+        let group = self.group_for(names.first().copied().unwrap_or(""));
+        if names.iter().any(|n| !Arc::ptr_eq(self.group_for(n), group)) {
+            return Err(EngineError::CrossGroupFork);
+        }
+        group.propose(command).await
+    }
+
+    pub fn head(&self, name: &str) -> Result<StreamInfo, EngineError> {
+        self.group_for(name).head(name)
+    }
+
+    pub fn read(
+        &self,
+        name: &str,
+        from: ReadFrom,
+        max_bytes: u64,
+    ) -> Result<ReadResult, EngineError> {
+        self.group_for(name).read(name, from, max_bytes)
+    }
+
+    /// Log bytes written since the log began.
+    pub fn log_position(&self) -> u64 {
+        self.log.durable_position()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.sweeper.abort();
+    }
+}
+
+/// FNV-1a of the name, so routing is stable across processes and builds.
+pub fn group_index(name: &str, groups: usize) -> usize {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.as_bytes() {
+        hash ^= u64::from(*b);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    (hash % groups.max(1) as u64) as usize
+}
+
+fn replay(states: &mut [StreamsState], payload_pos: u64, payload: &[u8]) -> Result<(), String> {
+    let (group, entry_bytes) = payload
+        .split_first_chunk::<4>()
+        .ok_or_else(|| "record shorter than its group prefix".to_string())?;
+    let group = u32::from_le_bytes(*group) as usize;
+    let state = states
+        .get_mut(group)
+        .ok_or_else(|| format!("record names group {group}, which this node does not have"))?;
+    let (entry, data_len): (Entry, u64) =
+        Entry::decode_header(entry_bytes).map_err(|e| e.to_string())?;
+    let data_loc = payload_pos + payload.len() as u64 - data_len;
+    // Refusals were answered when the entry was first applied; replay
+    // reaches the same refusals and needs no answer.
+    let _ = state.apply(&entry, data_len, data_loc);
+    Ok(())
+}
+
+/// Proposes the expiry of streams whose TTL or expiry passed.
+async fn sweep(groups: Vec<Arc<LocalGroup>>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        for group in &groups {
+            let now = now_ms();
+            let ids = group.expired_ids(now);
+            if ids.is_empty() {
+                continue;
+            }
+            let entry = Entry {
+                now_ms: now,
+                command: Command::Expire { ids },
+            };
+            if let Err(err) = group.submit(entry).await {
+                tracing::warn!(group = group.index(), error = %err, "expiry sweep failed");
+            }
+        }
+    }
+}
+
+fn check_meta(dir: &Path, groups: u32) -> Result<(), OpenError> {
+    let io = |source| OpenError::Io {
+        path: dir.to_path_buf(),
+        source,
+    };
+    std::fs::create_dir_all(dir).map_err(io)?;
+    let path = dir.join(META_FILE);
+    let expected = format!("format = {FORMAT}\ngroups = {groups}\n");
+    match std::fs::read_to_string(&path) {
+        Ok(found) if found == expected => Ok(()),
+        Ok(found) => Err(OpenError::MetaMismatch {
+            found: found.trim().replace('\n', ", "),
+            configured: expected.trim().replace('\n', ", "),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tmp = dir.join(format!("{META_FILE}.tmp"));
+            std::fs::write(&tmp, &expected).map_err(io)?;
+            std::fs::File::open(&tmp)
+                .and_then(|f| f.sync_all())
+                .map_err(io)?;
+            std::fs::rename(&tmp, &path).map_err(io)?;
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(io)?;
+            Ok(())
+        }
+        Err(e) => Err(io(e)),
+    }
+}

@@ -1,0 +1,428 @@
+//! Runnel's append log: segment files of CRC32C-framed records, written by
+//! one committer thread that makes many appends durable with one fsync
+//! (group commit), recovered after a crash by truncating the torn tail.
+//!
+//! The log knows nothing of streams. A record is an opaque payload at a
+//! global byte position; [`Log::append`] buffers it and returns where its
+//! payload lands, and the record is durable once [`Log::durable_position`]
+//! (or the durability listener) reaches the returned end position.
+//!
+//! Failure policy: a failed write or fsync is fatal for the log. It stops
+//! accepting appends, reports the error to the listener, and never retries
+//! (after a failed fsync the kernel may have dropped the dirty pages, so a
+//! retry could report success for data that is gone).
+
+mod frame;
+mod segment;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+pub use frame::HEADER_LEN;
+
+/// When appends are made durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum SyncMode {
+    /// Never fsync: acknowledged appends survive a process crash but not
+    /// a power loss. For benchmarks.
+    Never,
+    /// Group commit: one fsync covers every record buffered since the last.
+    #[default]
+    Batch,
+    /// One fsync per record. For comparison with per-write-fsync systems.
+    Always,
+}
+
+impl std::str::FromStr for SyncMode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "never" => Ok(SyncMode::Never),
+            "batch" => Ok(SyncMode::Batch),
+            "always" => Ok(SyncMode::Always),
+            other => Err(format!(
+                "unknown sync mode {other:?} (never, batch, always)"
+            )),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct LogOptions {
+    /// A segment is closed for appends once it holds this many bytes.
+    pub segment_bytes: u64,
+    pub sync: SyncMode,
+    /// Largest payload accepted; larger frames on disk are corruption.
+    pub max_record_bytes: u32,
+}
+
+impl Default for LogOptions {
+    fn default() -> Self {
+        LogOptions {
+            segment_bytes: 256 << 20,
+            sync: SyncMode::Batch,
+            max_record_bytes: 128 << 20,
+        }
+    }
+}
+
+/// The one error type of the log.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LogError {
+    #[error("log IO failed while {context}: {source}")]
+    Io {
+        context: &'static str,
+        #[source]
+        source: Arc<io::Error>,
+    },
+    #[error("the log stopped after an earlier write or sync failure: {0}")]
+    Failed(Arc<LogError>),
+    #[error("record of {0} bytes exceeds the log's record limit")]
+    RecordTooLarge(usize),
+    #[error("position {0} is not in the log")]
+    OutOfRange(u64),
+    #[error("the log is shut down")]
+    Closed,
+}
+
+impl LogError {
+    pub(crate) fn io(context: &'static str, source: io::Error) -> LogError {
+        LogError::Io {
+            context,
+            source: Arc::new(source),
+        }
+    }
+
+    /// True when the underlying cause is a full disk or quota.
+    pub fn is_out_of_space(&self) -> bool {
+        match self {
+            LogError::Io { source, .. } => {
+                matches!(
+                    source.raw_os_error(),
+                    Some(libc::ENOSPC) | Some(libc::EDQUOT)
+                )
+            }
+            LogError::Failed(inner) => inner.is_out_of_space(),
+            _ => false,
+        }
+    }
+}
+
+/// Called by the committer after each batch: the new durable position, or
+/// the error that stopped the log.
+pub type DurabilityListener = Box<dyn Fn(Result<u64, LogError>) + Send + Sync>;
+
+/// A record found during recovery: where its payload starts, and the
+/// payload.
+pub struct RecoveredRecord<'a> {
+    pub payload_pos: u64,
+    pub payload: &'a [u8],
+}
+
+/// Where an appended record landed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Appended {
+    /// Position of the payload's first byte (for reads).
+    pub payload_pos: u64,
+    /// Position after the record: durable once the durable position
+    /// reaches it.
+    pub end: u64,
+}
+
+struct Pending {
+    /// Framed records not yet handed to the committer.
+    buf: Vec<u8>,
+    /// Frame end offsets within `buf` (for `SyncMode::Always`).
+    record_ends: Vec<usize>,
+    /// Position the next record will start at.
+    next_pos: u64,
+    failed: Option<Arc<LogError>>,
+    shutdown: bool,
+}
+
+struct Shared {
+    dir: PathBuf,
+    options: LogOptions,
+    pending: Mutex<Pending>,
+    wake_committer: Condvar,
+    /// Segment base -> read handle.
+    segments: RwLock<BTreeMap<u64, Arc<File>>>,
+    durable: AtomicU64,
+    listener: DurabilityListener,
+}
+
+/// An open log. Dropping it stops the committer after it has written what
+/// was already appended.
+pub struct Log {
+    shared: Arc<Shared>,
+    committer: Option<JoinHandle<()>>,
+}
+
+impl Log {
+    /// Opens (or creates) the log in `dir`, recovering it: every whole,
+    /// checksummed record is passed to `on_record` in log order; the first
+    /// bad frame and everything after it is removed.
+    pub fn open(
+        dir: &Path,
+        options: LogOptions,
+        listener: DurabilityListener,
+        mut on_record: impl FnMut(RecoveredRecord<'_>) -> Result<(), LogError>,
+    ) -> Result<Log, LogError> {
+        std::fs::create_dir_all(dir).map_err(|e| LogError::io("creating the log directory", e))?;
+        let bases = segment::list(dir)?;
+        let mut segments = BTreeMap::new();
+        let mut end = bases.first().copied().unwrap_or(0);
+        let mut cut = false;
+        for base in bases {
+            let path = segment::path_for(dir, base);
+            if cut || base != end {
+                // After a torn segment, or past a gap: not part of the log.
+                tracing::warn!(segment = %path.display(), "removing segment past the end of the valid log");
+                std::fs::remove_file(&path).map_err(|e| LogError::io("removing a segment", e))?;
+                cut = true;
+                continue;
+            }
+            let scan = segment::scan(&path, options.max_record_bytes, |offset, payload| {
+                on_record(RecoveredRecord {
+                    payload_pos: base + offset,
+                    payload,
+                })
+            })?;
+            if scan.torn {
+                tracing::warn!(segment = %path.display(), valid_bytes = scan.valid_len, "truncating torn log tail");
+                let file = segment::open_rw(&path, false)?;
+                file.set_len(scan.valid_len)
+                    .and_then(|_| file.sync_all())
+                    .map_err(|e| LogError::io("truncating a torn segment", e))?;
+                cut = true;
+            }
+            segments.insert(base, Arc::new(segment::open_rw(&path, false)?));
+            end = base + scan.valid_len;
+        }
+        if segments.is_empty() {
+            let file = segment::open_rw(&segment::path_for(dir, end), true)?;
+            segment::sync_dir(dir)?;
+            segments.insert(end, Arc::new(file));
+        } else if cut {
+            segment::sync_dir(dir)?;
+        }
+
+        let shared = Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            options,
+            pending: Mutex::new(Pending {
+                buf: Vec::new(),
+                record_ends: Vec::new(),
+                next_pos: end,
+                failed: None,
+                shutdown: false,
+            }),
+            wake_committer: Condvar::new(),
+            segments: RwLock::new(segments),
+            durable: AtomicU64::new(end),
+            listener,
+        });
+        let committer = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("runnel-log-commit".into())
+                .spawn(move || commit_loop(&shared))
+                .map_err(|e| LogError::io("starting the committer thread", e))?
+        };
+        Ok(Log {
+            shared,
+            committer: Some(committer),
+        })
+    }
+
+    /// Buffers a record for the committer. It is durable once the durable
+    /// position reaches the returned `end`.
+    pub fn append(&self, payload: &[u8]) -> Result<Appended, LogError> {
+        if payload.is_empty() || payload.len() > self.shared.options.max_record_bytes as usize {
+            return Err(LogError::RecordTooLarge(payload.len()));
+        }
+        let mut pending = self.shared.pending.lock().expect("log mutex");
+        if let Some(err) = &pending.failed {
+            return Err(LogError::Failed(Arc::clone(err)));
+        }
+        if pending.shutdown {
+            return Err(LogError::Closed);
+        }
+        let start = pending.next_pos;
+        frame::encode_into(&mut pending.buf, payload);
+        let buffered = pending.buf.len();
+        pending.record_ends.push(buffered);
+        let end = start + HEADER_LEN + payload.len() as u64;
+        pending.next_pos = end;
+        drop(pending);
+        self.shared.wake_committer.notify_one();
+        Ok(Appended {
+            payload_pos: start + HEADER_LEN,
+            end,
+        })
+    }
+
+    /// Everything before this position is durable (per the sync mode).
+    pub fn durable_position(&self) -> u64 {
+        self.shared.durable.load(Ordering::Acquire)
+    }
+
+    /// Reads `buf.len()` bytes at a durable position. A read never spans
+    /// segments, because records never do.
+    pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<(), LogError> {
+        if pos + buf.len() as u64 > self.durable_position() {
+            return Err(LogError::OutOfRange(pos));
+        }
+        let file = {
+            let segments = self.shared.segments.read().expect("segments lock");
+            let (base, file) = segments
+                .range(..=pos)
+                .next_back()
+                .ok_or(LogError::OutOfRange(pos))?;
+            (*base, Arc::clone(file))
+        };
+        segment::read_exact_at(&file.1, buf, pos - file.0)
+            .map_err(|e| LogError::io("reading a record", e))
+    }
+
+    /// Number of segment files.
+    pub fn segment_count(&self) -> usize {
+        self.shared.segments.read().expect("segments lock").len()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+}
+
+impl Drop for Log {
+    fn drop(&mut self) {
+        self.shared.pending.lock().expect("log mutex").shutdown = true;
+        self.shared.wake_committer.notify_one();
+        if let Some(handle) = self.committer.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+/// The committer: takes everything buffered, writes it, syncs once, and
+/// publishes the new durable position.
+fn commit_loop(shared: &Shared) {
+    let mut active = match ActiveSegment::open_last(shared) {
+        Ok(active) => active,
+        Err(err) => return fail(shared, err),
+    };
+    let mut batch = Vec::new();
+    let mut record_ends = Vec::new();
+    loop {
+        {
+            let mut pending = shared.pending.lock().expect("log mutex");
+            while pending.buf.is_empty() && !pending.shutdown {
+                pending = shared.wake_committer.wait(pending).expect("log mutex");
+            }
+            if pending.buf.is_empty() {
+                return;
+            }
+            std::mem::swap(&mut batch, &mut pending.buf);
+            std::mem::swap(&mut record_ends, &mut pending.record_ends);
+        }
+        let result = match shared.options.sync {
+            SyncMode::Always => {
+                let mut from = 0;
+                record_ends.iter().try_for_each(|&to| {
+                    let r = active.write_and_sync(shared, &batch[from..to], true);
+                    from = to;
+                    r
+                })
+            }
+            SyncMode::Batch => active.write_and_sync(shared, &batch, true),
+            SyncMode::Never => active.write_and_sync(shared, &batch, false),
+        };
+        if let Err(err) = result {
+            return fail(shared, err);
+        }
+        batch.clear();
+        record_ends.clear();
+    }
+}
+
+fn fail(shared: &Shared, err: LogError) {
+    tracing::error!(error = %err, "log failed; it accepts no more appends until the process restarts");
+    let err = Arc::new(err);
+    shared.pending.lock().expect("log mutex").failed = Some(Arc::clone(&err));
+    (shared.listener)(Err(LogError::Failed(err)));
+}
+
+/// The segment the committer writes to.
+struct ActiveSegment {
+    base: u64,
+    file: Arc<File>,
+    len: u64,
+}
+
+impl ActiveSegment {
+    fn open_last(shared: &Shared) -> Result<ActiveSegment, LogError> {
+        let segments = shared.segments.read().expect("segments lock");
+        let (base, file) = segments.iter().next_back().expect("a log has a segment");
+        let len = file
+            .metadata()
+            .map_err(|e| LogError::io("reading segment metadata", e))?
+            .len();
+        Ok(ActiveSegment {
+            base: *base,
+            file: Arc::clone(file),
+            len,
+        })
+    }
+
+    /// Writes bytes (whole records) at the end of the log, rolling to a new
+    /// segment first when this one is full, then syncs if asked.
+    fn write_and_sync(
+        &mut self,
+        shared: &Shared,
+        bytes: &[u8],
+        sync: bool,
+    ) -> Result<(), LogError> {
+        use std::os::unix::fs::FileExt;
+        if self.len >= shared.options.segment_bytes {
+            self.roll(shared)?;
+        }
+        self.file
+            .write_all_at(bytes, self.len)
+            .map_err(|e| LogError::io("writing records", e))?;
+        if sync {
+            self.file
+                .sync_data()
+                .map_err(|e| LogError::io("syncing records", e))?;
+        }
+        self.len += bytes.len() as u64;
+        let end = self.base + self.len;
+        shared.durable.store(end, Ordering::Release);
+        (shared.listener)(Ok(end));
+        Ok(())
+    }
+
+    fn roll(&mut self, shared: &Shared) -> Result<(), LogError> {
+        let base = self.base + self.len;
+        let file = Arc::new(segment::open_rw(
+            &segment::path_for(&shared.dir, base),
+            true,
+        )?);
+        segment::sync_dir(&shared.dir)?;
+        shared
+            .segments
+            .write()
+            .expect("segments lock")
+            .insert(base, Arc::clone(&file));
+        *self = ActiveSegment { base, file, len: 0 };
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,166 @@
+//! The HTTP layer's one error type, and the one place where every error
+//! of the stack becomes a status, headers and a one-line reason.
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use runnel_core::CoreError;
+use runnel_engine::EngineError;
+
+use crate::headers::names;
+
+#[derive(Debug)]
+pub enum ApiError {
+    /// Malformed request: 400 with the reason.
+    BadRequest(String),
+    /// Body over the configured limit.
+    PayloadTooLarge(u64),
+    NotFound,
+    MethodNotAllowed,
+    Engine(EngineError),
+}
+
+impl ApiError {
+    pub fn bad(reason: impl Into<String>) -> ApiError {
+        ApiError::BadRequest(reason.into())
+    }
+}
+
+impl From<EngineError> for ApiError {
+    fn from(e: EngineError) -> Self {
+        ApiError::Engine(e)
+    }
+}
+
+impl From<CoreError> for ApiError {
+    fn from(e: CoreError) -> Self {
+        ApiError::Engine(EngineError::Core(e))
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut headers = HeaderMap::new();
+        let (status, reason) = match self {
+            ApiError::BadRequest(reason) => (StatusCode::BAD_REQUEST, reason),
+            ApiError::PayloadTooLarge(limit) => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request body exceeds the {limit}-byte limit"),
+            ),
+            ApiError::NotFound => (StatusCode::NOT_FOUND, "not found".into()),
+            ApiError::MethodNotAllowed => {
+                headers.insert(
+                    http::header::ALLOW,
+                    HeaderValue::from_static("GET, HEAD, PUT, POST, DELETE, OPTIONS"),
+                );
+                (StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into())
+            }
+            ApiError::Engine(e) => engine_status(e, &mut headers),
+        };
+        let mut response = (status, headers, format!("{reason}\n")).into_response();
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        response
+    }
+}
+
+fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String) {
+    let reason = e.to_string();
+    let status = match e {
+        EngineError::Core(core) => core_status(&core, headers),
+        EngineError::Overloaded | EngineError::ShuttingDown => {
+            headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        EngineError::Storage(ref err) => {
+            tracing::error!(error = %err, "write refused: storage failed");
+            if err.is_out_of_space() {
+                StatusCode::INSUFFICIENT_STORAGE
+            } else {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+        }
+        EngineError::CrossGroupFork => StatusCode::NOT_IMPLEMENTED,
+    };
+    (status, reason)
+}
+
+fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
+    let number = |n: u64| HeaderValue::from(n);
+    match e {
+        CoreError::NotFound | CoreError::ForkSourceNotFound => StatusCode::NOT_FOUND,
+        CoreError::Gone => StatusCode::GONE,
+        CoreError::ConfigMismatch
+        | CoreError::NameHeldBySoftDeleted
+        | CoreError::ContentTypeMismatch
+        | CoreError::ForkSourceGone
+        | CoreError::StreamSeqRegression { .. } => StatusCode::CONFLICT,
+        CoreError::Closed { next_offset } => {
+            headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
+            headers.insert(
+                names::STREAM_NEXT_OFFSET,
+                HeaderValue::from_str(&next_offset.to_string()).expect("offsets are header-safe"),
+            );
+            StatusCode::CONFLICT
+        }
+        CoreError::ProducerStaleEpoch { current } => {
+            headers.insert(names::PRODUCER_EPOCH, number(*current));
+            StatusCode::FORBIDDEN
+        }
+        CoreError::ProducerSeqGap { expected, received } => {
+            headers.insert(names::PRODUCER_EXPECTED_SEQ, number(*expected));
+            headers.insert(names::PRODUCER_RECEIVED_SEQ, number(*received));
+            StatusCode::CONFLICT
+        }
+        CoreError::ProducerEpochSeqNotZero
+        | CoreError::ForkOffsetBeyondTail
+        | CoreError::ForkOffsetNotOnBoundary
+        | CoreError::SubOffsetOutOfRange
+        | CoreError::OffsetBeyondTail
+        | CoreError::OffsetNotOnBoundary => StatusCode::BAD_REQUEST,
+        CoreError::StreamFull => StatusCode::INSUFFICIENT_STORAGE,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use runnel_core::Offset;
+
+    #[test]
+    fn closed_conflicts_carry_the_final_offset() {
+        let r = ApiError::from(CoreError::Closed {
+            next_offset: Offset(5),
+        })
+        .into_response();
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        assert_eq!(r.headers()[names::STREAM_CLOSED], "true");
+        assert_eq!(
+            r.headers()[names::STREAM_NEXT_OFFSET],
+            Offset(5).to_string().as_str()
+        );
+    }
+
+    #[test]
+    fn overload_asks_to_retry() {
+        let r = ApiError::from(EngineError::Overloaded).into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[http::header::RETRY_AFTER], "1");
+    }
+
+    #[test]
+    fn producer_errors_carry_their_numbers() {
+        let r = ApiError::from(CoreError::ProducerStaleEpoch { current: 3 }).into_response();
+        assert_eq!(r.status(), StatusCode::FORBIDDEN);
+        assert_eq!(r.headers()[names::PRODUCER_EPOCH], "3");
+        let r = ApiError::from(CoreError::ProducerSeqGap {
+            expected: 1,
+            received: 4,
+        })
+        .into_response();
+        assert_eq!(r.status(), StatusCode::CONFLICT);
+        assert_eq!(r.headers()[names::PRODUCER_EXPECTED_SEQ], "1");
+        assert_eq!(r.headers()[names::PRODUCER_RECEIVED_SEQ], "4");
+    }
+}

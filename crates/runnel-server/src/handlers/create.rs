@@ -1,0 +1,112 @@
+//! PUT: create a stream (idempotently), optionally as a fork, closed, or
+//! with an initial body.
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, StatusCode};
+use runnel_core::json::frame_json_body;
+use runnel_core::offset::parse_offset;
+use runnel_core::{Applied, Body, Command, ContentKind, CreateStream, ForkFrom};
+
+use super::{body_bytes, head::metadata_headers, header_value};
+use crate::error::ApiError;
+use crate::headers::{self, names};
+use crate::AppState;
+
+pub async fn put(app: AppState, name: String, request: Request) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let h = &parts.headers;
+    let content_type = headers::text(h, http::header::CONTENT_TYPE.as_str())?.map(str::to_string);
+    let ttl_secs = headers::ttl(h)?;
+    let expires_at_ms = headers::expires_at(h)?;
+    if ttl_secs.is_some() && expires_at_ms.is_some() {
+        return Err(ApiError::bad(
+            "send Stream-TTL or Stream-Expires-At, not both",
+        ));
+    }
+    let closed = headers::closed(h)?;
+    let fork = fork_request(h)?;
+    let data = body_bytes(&app, body).await?;
+
+    // The body is framed by the stream's content type: the request's, or
+    // for a fork without one, the source's.
+    let kind = match (&content_type, &fork) {
+        (Some(ct), _) => ContentKind::of(ct),
+        (None, Some(f)) => app
+            .node
+            .head(&f.source)
+            .map(|i| i.kind)
+            .unwrap_or(ContentKind::Binary),
+        (None, None) => ContentKind::Binary,
+    };
+    let body = if kind == ContentKind::Json && !data.is_empty() {
+        let framed = frame_json_body(&data, true).map_err(|e| ApiError::bad(e.to_string()))?;
+        Body {
+            data: framed.data,
+            message_ends: framed.message_ends,
+        }
+    } else {
+        Body {
+            data: data.to_vec(),
+            message_ends: Vec::new(),
+        }
+    };
+
+    let command = Command::Create(CreateStream {
+        name,
+        content_type,
+        ttl_secs,
+        expires_at_ms,
+        closed,
+        fork,
+        body,
+    });
+    let Applied::Created { stream, created } = app.node.propose(command).await? else {
+        unreachable!("a create answers Created");
+    };
+    let mut headers = HeaderMap::new();
+    metadata_headers(&stream, &mut headers);
+    let status = if created {
+        let host =
+            headers::text(&parts.headers, http::header::HOST.as_str())?.unwrap_or("localhost");
+        let location = format!("http://{host}{}", parts.uri.path());
+        headers.insert(http::header::LOCATION, header_value(&location));
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, headers).into_response())
+}
+
+/// The fork headers, validated together.
+fn fork_request(h: &HeaderMap) -> Result<Option<ForkFrom>, ApiError> {
+    let source = headers::text(h, names::STREAM_FORKED_FROM)?;
+    let offset = headers::text(h, names::STREAM_FORK_OFFSET)?;
+    let sub_offset = headers::text(h, names::STREAM_FORK_SUB_OFFSET)?;
+    let Some(source) = source else {
+        if offset.is_some() || sub_offset.is_some() {
+            return Err(ApiError::bad(
+                "Stream-Fork-Offset and Stream-Fork-Sub-Offset need Stream-Forked-From",
+            ));
+        }
+        return Ok(None);
+    };
+    let source = headers::stream_name(source)?;
+    let offset = offset
+        .map(|o| parse_offset(o).map_err(|e| ApiError::bad(format!("Stream-Fork-Offset: {e}"))))
+        .transpose()?;
+    let sub_offset = sub_offset
+        .map(|s| headers::strict_integer(s, "Stream-Fork-Sub-Offset"))
+        .transpose()?
+        .unwrap_or(0);
+    if sub_offset > 0 && offset.is_none() {
+        return Err(ApiError::bad(
+            "Stream-Fork-Sub-Offset needs Stream-Fork-Offset",
+        ));
+    }
+    Ok(Some(ForkFrom {
+        source,
+        offset: offset.map(|o| o.position()),
+        sub_offset,
+    }))
+}

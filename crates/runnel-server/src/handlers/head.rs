@@ -1,0 +1,43 @@
+//! HEAD: stream metadata, never cached, never renewing the TTL.
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use runnel_core::StreamInfo;
+
+use super::header_value;
+use crate::error::ApiError;
+use crate::headers::names;
+use crate::AppState;
+
+pub fn head(app: AppState, name: String) -> Result<Response, ApiError> {
+    let info = app.node.head(&name)?;
+    let mut headers = HeaderMap::new();
+    metadata_headers(&info, &mut headers);
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    Ok((StatusCode::OK, headers).into_response())
+}
+
+/// Headers describing a stream: content type, tail, closure, expiry.
+pub(super) fn metadata_headers(info: &StreamInfo, headers: &mut HeaderMap) {
+    headers.insert(http::header::CONTENT_TYPE, header_value(&info.content_type));
+    headers.insert(
+        names::STREAM_NEXT_OFFSET,
+        header_value(&info.next_offset.to_string()),
+    );
+    if info.closed {
+        headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
+    }
+    if let Some(ttl) = info.ttl_secs {
+        headers.insert(names::STREAM_TTL, HeaderValue::from(ttl));
+    }
+    if let Some(at) = info
+        .expires_at_ms
+        .and_then(chrono::DateTime::from_timestamp_millis)
+    {
+        let text = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+        headers.insert(names::STREAM_EXPIRES_AT, header_value(&text));
+    }
+}

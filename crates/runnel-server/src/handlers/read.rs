@@ -1,0 +1,177 @@
+//! GET: catch-up reads and long-polls (SSE lives in [`super::sse`]).
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, StatusCode};
+use runnel_core::json::render_json_array;
+use runnel_core::offset::parse_read_from;
+use runnel_core::{ContentKind, ReadFrom, ReadPlan};
+use runnel_engine::{now_ms, GroupEngine, ReadResult};
+
+use super::{head::metadata_headers, header_value, sse};
+use crate::cursor::next_cursor;
+use crate::error::ApiError;
+use crate::headers::{self, names};
+use crate::AppState;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Live {
+    No,
+    LongPoll,
+    Sse,
+}
+
+pub async fn get(app: AppState, name: String, request: Request) -> Result<Response, ApiError> {
+    let query = headers::read_query(request.uri().query())?;
+    let live = match query.live.as_deref() {
+        None => Live::No,
+        Some("long-poll") => Live::LongPoll,
+        Some("sse") => Live::Sse,
+        Some(other) => {
+            return Err(ApiError::bad(format!(
+                "live must be long-poll or sse; got {other:?}"
+            )))
+        }
+    };
+    if live != Live::No && query.offset.is_none() {
+        return Err(ApiError::bad("live reads need an offset parameter"));
+    }
+    let from = match &query.offset {
+        None => ReadFrom::Start,
+        Some(token) => parse_read_from(token).map_err(|e| ApiError::bad(format!("offset: {e}")))?,
+    };
+    if live == Live::Sse {
+        return sse::serve(app, name, from, query.cursor).await;
+    }
+
+    let engine = app.node.engine_for(&name);
+    let mut result = engine.read(&name, from, app.config.max_read_bytes)?;
+    if live == Live::LongPoll && result.body.is_empty() {
+        match wait_for_data(engine, &result.plan, &app).await? {
+            Some(newer) => result = newer,
+            None => return Ok(no_new_data(&result.plan, query.cursor.as_deref())),
+        }
+    }
+
+    let if_none_match =
+        headers::text(request.headers(), http::header::IF_NONE_MATCH.as_str())?.map(str::to_string);
+    Ok(data_response(
+        result,
+        from == ReadFrom::Now,
+        live == Live::LongPoll,
+        query.cursor.as_deref(),
+        if_none_match.as_deref(),
+    ))
+}
+
+/// Waits until the stream has bytes past the plan, closes, or the
+/// long-poll timeout passes (`None`).
+async fn wait_for_data(
+    engine: &dyn GroupEngine,
+    plan: &ReadPlan,
+    app: &AppState,
+) -> Result<Option<ReadResult>, ApiError> {
+    if plan.reached_close() {
+        return Ok(None);
+    }
+    let id = plan.info.id;
+    let deadline = tokio::time::Instant::now() + app.config.long_poll_timeout;
+    // Subscribe first, then look: a commit in between still wakes us.
+    let mut changes = engine.subscribe(id);
+    loop {
+        let result = engine.read_by_id(id, plan.next.position(), app.config.max_read_bytes)?;
+        if !result.body.is_empty() || result.plan.reached_close() {
+            return Ok(Some(result).filter(|r| !r.body.is_empty()));
+        }
+        match tokio::time::timeout_at(deadline, changes.changed()).await {
+            Ok(Ok(())) => continue,
+            // The notifier went away: the stream is gone; the next read says so.
+            Ok(Err(_)) => {
+                engine.read_by_id(id, plan.next.position(), 1)?;
+                return Ok(None);
+            }
+            Err(_) => return Ok(None),
+        }
+    }
+}
+
+/// 204 for a long-poll that found nothing new.
+fn no_new_data(plan: &ReadPlan, client_cursor: Option<&str>) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        names::STREAM_NEXT_OFFSET,
+        header_value(&plan.info.next_offset.to_string()),
+    );
+    headers.insert(names::STREAM_UP_TO_DATE, HeaderValue::from_static("true"));
+    headers.insert(
+        names::STREAM_CURSOR,
+        header_value(&next_cursor(now_ms(), client_cursor)),
+    );
+    if plan.info.closed {
+        headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
+    }
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
+    (StatusCode::NO_CONTENT, headers).into_response()
+}
+
+fn data_response(
+    result: ReadResult,
+    from_now: bool,
+    long_poll: bool,
+    client_cursor: Option<&str>,
+    if_none_match: Option<&str>,
+) -> Response {
+    let plan = &result.plan;
+    let mut headers = HeaderMap::new();
+    metadata_headers(&plan.info, &mut headers);
+    // The read's own position, not the stream's tail.
+    headers.insert(
+        names::STREAM_NEXT_OFFSET,
+        header_value(&plan.next.to_string()),
+    );
+    headers.remove(names::STREAM_CLOSED);
+    if plan.up_to_date() {
+        headers.insert(names::STREAM_UP_TO_DATE, HeaderValue::from_static("true"));
+    }
+    if plan.reached_close() {
+        headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
+    }
+    headers.insert(
+        names::STREAM_CURSOR,
+        header_value(&next_cursor(now_ms(), client_cursor)),
+    );
+    let cache = if from_now {
+        "no-store"
+    } else if plan.up_to_date() || long_poll {
+        // The tail moves: let caches keep it only with revalidation.
+        "no-cache"
+    } else {
+        // A full page below the tail never changes.
+        "public, max-age=60, stale-while-revalidate=300"
+    };
+    headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    if !from_now {
+        let etag = format!(
+            "\"{}:{}:{}{}\"",
+            plan.info.id,
+            plan.start,
+            plan.next,
+            if plan.reached_close() { ":c" } else { "" }
+        );
+        let matched = if_none_match
+            .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
+        headers.insert(http::header::ETAG, header_value(&etag));
+        if matched {
+            return (StatusCode::NOT_MODIFIED, headers).into_response();
+        }
+    }
+    let body = if plan.info.kind == ContentKind::Json {
+        render_json_array(&result.body).into()
+    } else {
+        result.body
+    };
+    (StatusCode::OK, headers, body).into_response()
+}

@@ -1,0 +1,253 @@
+//! Protocol header names and the parsing of request headers, query
+//! strings and stream paths. Every parse failure is a one-line reason for
+//! a 400.
+
+use http::HeaderMap;
+use runnel_core::Producer;
+
+use crate::error::ApiError;
+
+/// Header names (lower case, as HTTP/2 and `http` want them).
+pub mod names {
+    pub const STREAM_NEXT_OFFSET: &str = "stream-next-offset";
+    pub const STREAM_UP_TO_DATE: &str = "stream-up-to-date";
+    pub const STREAM_CURSOR: &str = "stream-cursor";
+    pub const STREAM_CLOSED: &str = "stream-closed";
+    pub const STREAM_SEQ: &str = "stream-seq";
+    pub const STREAM_TTL: &str = "stream-ttl";
+    pub const STREAM_EXPIRES_AT: &str = "stream-expires-at";
+    pub const STREAM_FORKED_FROM: &str = "stream-forked-from";
+    pub const STREAM_FORK_OFFSET: &str = "stream-fork-offset";
+    pub const STREAM_FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
+    pub const STREAM_SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
+    pub const PRODUCER_ID: &str = "producer-id";
+    pub const PRODUCER_EPOCH: &str = "producer-epoch";
+    pub const PRODUCER_SEQ: &str = "producer-seq";
+    pub const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
+    pub const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+
+    /// Response headers a browser client may read (CORS expose list).
+    pub const EXPOSED: &str =
+        "stream-next-offset, stream-up-to-date, stream-cursor, stream-closed, \
+        stream-ttl, stream-expires-at, stream-sse-data-encoding, producer-epoch, producer-seq, \
+        producer-expected-seq, producer-received-seq, etag, location, content-type, retry-after";
+}
+
+/// The path prefix streams live under.
+pub const STREAM_PREFIX: &str = "/v1/stream/";
+/// Longest stream name accepted, in bytes.
+pub const MAX_NAME_BYTES: usize = 1024;
+/// Largest integer a JavaScript client can hold exactly (2^53 - 1).
+const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
+
+/// A header as UTF-8 text, if present.
+pub fn text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+    match headers.get(name) {
+        None => Ok(None),
+        Some(v) => v
+            .to_str()
+            .map(|s| Some(s.trim()))
+            .map_err(|_| ApiError::bad(format!("{name} header is not visible ASCII"))),
+    }
+}
+
+/// A non-negative decimal integer without sign, leading zeros, fraction or
+/// exponent, at most 2^53 - 1.
+pub fn strict_integer(value: &str, what: &str) -> Result<u64, ApiError> {
+    let canonical = !value.is_empty()
+        && value.bytes().all(|b| b.is_ascii_digit())
+        && (value == "0" || !value.starts_with('0'));
+    let parsed = canonical.then(|| value.parse::<u64>().ok()).flatten();
+    match parsed {
+        Some(n) if n <= MAX_SAFE_INTEGER => Ok(n),
+        _ => Err(ApiError::bad(format!(
+            "{what} must be a non-negative integer without sign or leading zeros, at most 2^53-1; got {value:?}"
+        ))),
+    }
+}
+
+/// `Stream-TTL` in seconds.
+pub fn ttl(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+    text(headers, names::STREAM_TTL)?
+        .map(|v| strict_integer(v, "Stream-TTL"))
+        .transpose()
+}
+
+/// `Stream-Expires-At` as Unix milliseconds.
+pub fn expires_at(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+    text(headers, names::STREAM_EXPIRES_AT)?
+        .map(|v| {
+            chrono::DateTime::parse_from_rfc3339(v)
+                .map(|t| t.timestamp_millis())
+                .map_err(|e| {
+                    ApiError::bad(format!(
+                        "Stream-Expires-At is not an RFC 3339 timestamp: {e}"
+                    ))
+                })
+        })
+        .transpose()
+}
+
+/// `Stream-Closed: true` (any other value but `false` is refused).
+pub fn closed(headers: &HeaderMap) -> Result<bool, ApiError> {
+    match text(headers, names::STREAM_CLOSED)? {
+        None => Ok(false),
+        Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
+        Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
+        Some(v) => Err(ApiError::bad(format!(
+            "Stream-Closed must be true or false; got {v:?}"
+        ))),
+    }
+}
+
+/// The three producer headers: all or none.
+pub fn producer(headers: &HeaderMap) -> Result<Option<Producer>, ApiError> {
+    let id = text(headers, names::PRODUCER_ID)?;
+    let epoch = text(headers, names::PRODUCER_EPOCH)?;
+    let seq = text(headers, names::PRODUCER_SEQ)?;
+    match (id, epoch, seq) {
+        (None, None, None) => Ok(None),
+        (Some(id), Some(epoch), Some(seq)) => {
+            if id.is_empty() {
+                return Err(ApiError::bad("Producer-Id must not be empty"));
+            }
+            Ok(Some(Producer {
+                id: id.to_string(),
+                epoch: strict_integer(epoch, "Producer-Epoch")?,
+                seq: strict_integer(seq, "Producer-Seq")?,
+            }))
+        }
+        _ => Err(ApiError::bad(
+            "Producer-Id, Producer-Epoch and Producer-Seq must be sent together",
+        )),
+    }
+}
+
+/// Decodes `%XX` escapes; refuses malformed escapes and non-UTF-8 results.
+pub fn percent_decode(raw: &str) -> Result<String, ApiError> {
+    let bytes = raw.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .and_then(|h| std::str::from_utf8(h).ok())
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| ApiError::bad("malformed percent-escape"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| ApiError::bad("percent-escapes do not decode to UTF-8"))
+}
+
+/// The stream name from a request path or a `Stream-Forked-From` value.
+pub fn stream_name(path: &str) -> Result<String, ApiError> {
+    let raw = path
+        .strip_prefix(STREAM_PREFIX)
+        .ok_or_else(|| ApiError::bad(format!("stream paths start with {STREAM_PREFIX}")))?;
+    let name = percent_decode(raw)?;
+    if name.is_empty() {
+        return Err(ApiError::bad("stream name is empty"));
+    }
+    if name.len() > MAX_NAME_BYTES {
+        return Err(ApiError::bad(format!(
+            "stream name exceeds {MAX_NAME_BYTES} bytes"
+        )));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(ApiError::bad("stream name contains control characters"));
+    }
+    Ok(name)
+}
+
+/// Query parameters a read understands.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ReadQuery {
+    pub offset: Option<String>,
+    pub live: Option<String>,
+    pub cursor: Option<String>,
+}
+
+/// Parses the query string; unknown parameters are ignored, repeated
+/// known ones refused.
+pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
+    let mut q = ReadQuery::default();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let slot = match key {
+            "offset" => &mut q.offset,
+            "live" => &mut q.live,
+            "cursor" => &mut q.cursor,
+            _ => continue,
+        };
+        if slot.is_some() {
+            return Err(ApiError::bad(format!(
+                "query parameter {key} appears more than once"
+            )));
+        }
+        *slot = Some(percent_decode(&value.replace('+', " "))?);
+    }
+    Ok(q)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn strict_integers() {
+        assert_eq!(strict_integer("0", "x").unwrap(), 0);
+        assert_eq!(strict_integer("3600", "x").unwrap(), 3600);
+        for bad in [
+            "",
+            "-1",
+            "+1",
+            "05",
+            "1.5",
+            "1e3",
+            "abc",
+            "9007199254740992",
+            "99999999999999999999",
+        ] {
+            assert!(strict_integer(bad, "x").is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn names_decode_and_are_bounded() {
+        assert_eq!(stream_name("/v1/stream/a/b%20c").unwrap(), "a/b c");
+        assert!(stream_name("/v1/stream/").is_err());
+        assert!(stream_name("/v1/stream/%zz").is_err());
+        assert!(stream_name(&format!("/v1/stream/{}", "n".repeat(1025))).is_err());
+        assert!(stream_name("/v1/stream/a%0Ab").is_err());
+    }
+
+    #[test]
+    fn query_rejects_repeats_and_keeps_empty_values() {
+        assert!(read_query(Some("offset=a&offset=b")).is_err());
+        assert_eq!(
+            read_query(Some("offset=")).unwrap().offset.as_deref(),
+            Some("")
+        );
+        let q = read_query(Some("offset=0%201&foo=bar&live=sse")).unwrap();
+        assert_eq!(q.offset.as_deref(), Some("0 1"));
+        assert_eq!(q.live.as_deref(), Some("sse"));
+    }
+
+    #[test]
+    fn producer_headers_come_together() {
+        let mut h = HeaderMap::new();
+        h.insert(names::PRODUCER_ID, "p".parse().unwrap());
+        assert!(producer(&h).is_err());
+        h.insert(names::PRODUCER_EPOCH, "1".parse().unwrap());
+        h.insert(names::PRODUCER_SEQ, "2".parse().unwrap());
+        assert_eq!(producer(&h).unwrap().unwrap().seq, 2);
+        h.insert(names::PRODUCER_ID, "".parse().unwrap());
+        assert!(producer(&h).is_err());
+    }
+}

@@ -1,0 +1,174 @@
+//! `runnel serve` settings: command-line flags over a TOML file over
+//! defaults. The TOML keys are the flag names with `_` for `-`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+use runnel_engine::{EngineConfig, SyncMode};
+use runnel_server::ServerConfig;
+use serde::Deserialize;
+
+#[derive(Args, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeArgs {
+    /// TOML file with any of these settings (flags win).
+    #[arg(long)]
+    #[serde(skip)]
+    pub config: Option<PathBuf>,
+    /// Address to listen on [default: 127.0.0.1:4437].
+    #[arg(long)]
+    pub listen: Option<SocketAddr>,
+    /// Directory for the log and metadata [default: ./runnel-data].
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    /// Long-poll wait before answering 204, in ms [default: 30000].
+    #[arg(long)]
+    pub long_poll_timeout_ms: Option<u64>,
+    /// Largest PUT/POST body in bytes; larger get 413 [default: 67108864].
+    #[arg(long)]
+    pub max_append_bytes: Option<u64>,
+    /// Most bytes in one read response [default: 1048576].
+    #[arg(long)]
+    pub max_read_bytes: Option<u64>,
+    /// never | batch | always: when writes are fsynced [default: batch].
+    #[arg(long)]
+    pub sync: Option<String>,
+    /// Stream groups on this node [default: 1].
+    #[arg(long)]
+    pub groups: Option<u32>,
+    /// Log segment size in bytes [default: 268435456].
+    #[arg(long)]
+    pub segment_bytes: Option<u64>,
+    /// SSE keepalive comment interval in ms [default: 15000].
+    #[arg(long)]
+    pub sse_keepalive_ms: Option<u64>,
+    /// SSE connections close after this many ms [default: 60000].
+    #[arg(long)]
+    pub sse_max_duration_ms: Option<u64>,
+    /// Queued proposals per group before writes get 503 [default: 65536].
+    #[arg(long)]
+    pub max_pending_proposals: Option<usize>,
+    /// Body bytes in flight per group before writes get 503 [default: 536870912].
+    #[arg(long)]
+    pub max_inflight_bytes: Option<u64>,
+}
+
+/// Everything `serve` needs, resolved.
+pub struct Settings {
+    pub listen: SocketAddr,
+    pub engine: EngineConfig,
+    pub server: ServerConfig,
+}
+
+impl ServeArgs {
+    /// Merges flags over the config file over defaults, and validates.
+    pub fn resolve(self) -> Result<Settings, String> {
+        let file = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("cannot read config {}: {e}", path.display()))?;
+                toml::from_str::<ServeArgs>(&text)
+                    .map_err(|e| format!("config {}: {e}", path.display()))?
+            }
+            None => ServeArgs::default(),
+        };
+        macro_rules! pick {
+            ($field:ident) => {
+                self.$field.or(file.$field)
+            };
+        }
+        let mut engine =
+            EngineConfig::new(pick!(data_dir).unwrap_or_else(|| PathBuf::from("runnel-data")));
+        if let Some(sync) = self.sync.or(file.sync) {
+            engine.sync = sync.parse::<SyncMode>()?;
+        }
+        if let Some(groups) = pick!(groups) {
+            if groups == 0 || groups > 4096 {
+                return Err("groups must be between 1 and 4096".into());
+            }
+            engine.groups = groups;
+        }
+        if let Some(bytes) = pick!(segment_bytes) {
+            engine.segment_bytes = bytes.max(1 << 20);
+        }
+        if let Some(n) = pick!(max_pending_proposals) {
+            engine.max_pending_proposals = n.max(1);
+        }
+        if let Some(n) = pick!(max_inflight_bytes) {
+            engine.max_inflight_bytes = n;
+        }
+        let mut server = ServerConfig::default();
+        if let Some(ms) = pick!(long_poll_timeout_ms) {
+            server.long_poll_timeout = Duration::from_millis(ms);
+        }
+        if let Some(bytes) = pick!(max_append_bytes) {
+            server.max_append_bytes = bytes;
+        }
+        if let Some(bytes) = pick!(max_read_bytes) {
+            server.max_read_bytes = bytes.max(1);
+        }
+        if let Some(ms) = pick!(sse_keepalive_ms) {
+            server.sse_keepalive = Duration::from_millis(ms.max(1));
+        }
+        if let Some(ms) = pick!(sse_max_duration_ms) {
+            server.sse_max_duration = Duration::from_millis(ms);
+        }
+        // A record holds one command with its body and a small header.
+        let record_limit = server
+            .max_append_bytes
+            .saturating_mul(2)
+            .saturating_add(1 << 20);
+        engine.max_record_bytes = u32::try_from(record_limit)
+            .map_err(|_| "max-append-bytes must be below 2 GiB".to_string())?;
+        Ok(Settings {
+            listen: pick!(listen).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 4437))),
+            engine,
+            server,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_win_over_the_file_and_defaults_fill_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runnel.toml");
+        std::fs::write(
+            &path,
+            "listen = \"127.0.0.1:9000\"\nlong_poll_timeout_ms = 500\nsync = \"never\"\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            long_poll_timeout_ms: Some(700),
+            ..ServeArgs::default()
+        };
+        let s = args.resolve().unwrap();
+        assert_eq!(s.listen, "127.0.0.1:9000".parse().unwrap());
+        assert_eq!(s.server.long_poll_timeout, Duration::from_millis(700));
+        assert_eq!(s.engine.sync, SyncMode::Never);
+        assert_eq!(s.engine.data_dir, PathBuf::from("runnel-data"));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bad.toml");
+        std::fs::write(&path, "lisen = \"x\"\n").unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            ..ServeArgs::default()
+        };
+        assert!(args.resolve().is_err());
+        let args = ServeArgs {
+            sync: Some("sometimes".into()),
+            ..ServeArgs::default()
+        };
+        assert!(args.resolve().is_err());
+    }
+}

@@ -1,0 +1,96 @@
+//! The `runnel` binary: command line, configuration file, and wiring of
+//! engine and HTTP server. Logic worth testing lives in the crates.
+
+mod config;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use config::ServeArgs;
+
+#[derive(Parser)]
+#[command(
+    name = "runnel",
+    version,
+    about = "A durable HTTP streams server (Durable Streams protocol)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Commands,
+}
+
+#[derive(Subcommand)]
+enum Commands {
+    /// Run the server (single node; data in ./runnel-data by default).
+    Serve(Box<ServeArgs>),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("RUNNEL_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let result = match cli.command {
+        Commands::Serve(args) => serve(*args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("runnel: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: ServeArgs) -> Result<(), String> {
+    let settings = args.resolve()?;
+    raise_open_file_limit();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    runtime.block_on(async move {
+        let node = runnel_engine::Node::open(&settings.engine).map_err(|e| e.to_string())?;
+        let listener = tokio::net::TcpListener::bind(settings.listen)
+            .await
+            .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+        let local = listener.local_addr().map_err(|e| e.to_string())?;
+        tracing::info!(listen = %local, data_dir = %settings.engine.data_dir.display(), "serving");
+        let app = runnel_server::router(node, settings.server);
+        runnel_server::serve(listener, app, shutdown_signal())
+            .await
+            .map_err(|e| format!("server failed: {e}"))
+    })
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
+}
+
+/// Live readers hold a socket each: allow as many as the hard limit does.
+fn raise_open_file_limit() {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
+            limit.rlim_cur = limit.rlim_max;
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                tracing::warn!("could not raise the open-file limit");
+            }
+        }
+    }
+}
