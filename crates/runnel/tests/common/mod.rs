@@ -1,0 +1,81 @@
+//! Starts the real `runnel` binary for end-to-end tests.
+
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Server {
+    child: Child,
+    pub base: String,
+}
+
+impl Server {
+    /// Starts `runnel serve` on a free loopback port over `data_dir` and
+    /// waits until it answers /health.
+    pub async fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .arg("serve")
+            .arg("--listen")
+            .arg(format!("127.0.0.1:{port}"))
+            .arg("--data-dir")
+            .arg(data_dir)
+            .args(extra)
+            .env("RUNNEL_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("runnel binary starts");
+        let server = Server {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = client.get(format!("{}/health", server.base)).send().await {
+                if r.status().is_success() {
+                    return server;
+                }
+            }
+            assert!(Instant::now() < deadline, "server did not become healthy");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    pub fn stream_url(&self, name: &str) -> String {
+        format!("{}/v1/stream/{name}", self.base)
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    #[allow(dead_code)] // not every test binary kills its server
+    pub fn kill(&mut self) {
+        self.child.kill().expect("kill");
+        self.child.wait().expect("reap");
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads a whole stream by following Stream-Next-Offset.
+pub async fn read_all(client: &reqwest::Client, url: &str) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut offset = "-1".to_string();
+    loop {
+        let r = client.get(format!("{url}?offset={offset}")).send().await.unwrap();
+        assert_eq!(r.status(), 200, "reading {url}");
+        let next = r.headers()["stream-next-offset"].to_str().unwrap().to_string();
+        let done = r.headers().get("stream-up-to-date").is_some();
+        out.extend_from_slice(&r.bytes().await.unwrap());
+        if done {
+            return out;
+        }
+        offset = next;
+    }
+}
