@@ -34,7 +34,10 @@ fn append(name: &str, data: &[u8]) -> Command {
 }
 
 fn read_all(node: &Node, name: &str) -> Vec<u8> {
-    node.read(name, ReadFrom::Start, u64::MAX).unwrap().body.to_vec()
+    node.read(name, ReadFrom::Start, u64::MAX)
+        .unwrap()
+        .body
+        .to_vec()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,7 +84,9 @@ async fn concurrent_appends_all_commit_and_survive_reopen() {
     }
     // Offsets continue where they were.
     let applied = node.propose(append("stream-0", b"more")).await.unwrap();
-    assert!(matches!(applied, Applied::Appended { next_offset, .. } if next_offset.0 == expected[0].1.len() as u64 + 4));
+    assert!(
+        matches!(applied, Applied::Appended { next_offset, .. } if next_offset.0 == expected[0].1.len() as u64 + 4)
+    );
 }
 
 #[tokio::test]
@@ -91,7 +96,9 @@ async fn a_different_group_count_refuses_to_open() {
     drop(Node::open(&config).unwrap());
     let mut other = config.clone();
     other.groups = 8;
-    let err = Node::open(&other).err().expect("group count is part of the data format");
+    let err = Node::open(&other)
+        .err()
+        .expect("group count is part of the data format");
     assert!(err.to_string().contains("groups"), "{err}");
 }
 
@@ -120,7 +127,9 @@ async fn expired_streams_are_swept_and_their_names_freed() {
     let mut config = EngineConfig::new(dir.path());
     config.sweep_interval = Duration::from_millis(50);
     let node = Node::open(&config).unwrap();
-    let Command::Create(mut c) = create("short") else { unreachable!() };
+    let Command::Create(mut c) = create("short") else {
+        unreachable!()
+    };
     c.ttl_secs = Some(1);
     node.propose(Command::Create(c)).await.unwrap();
     assert_eq!(node.groups()[0].stream_count(), 1);

@@ -44,7 +44,12 @@ async fn acknowledged_appends_survive_repeated_sigkill() {
             // Verify what survived the previous kill, then reconcile the
             // in-flight append: stored if the log kept it, dropped if not.
             let content = if cycle == 0 {
-                let r = client.put(&url).header("content-type", "text/plain").send().await.unwrap();
+                let r = client
+                    .put(&url)
+                    .header("content-type", "text/plain")
+                    .send()
+                    .await
+                    .unwrap();
                 assert_eq!(r.status(), 201);
                 Vec::new()
             } else {
@@ -55,8 +60,15 @@ async fn acknowledged_appends_survive_repeated_sigkill() {
             if content == acked {
                 writer.in_flight = None;
             } else {
-                let landed = writer.in_flight.take().expect("extra bytes need an in-flight append");
-                assert_eq!(content, [acked, landed.clone()].concat(), "cycle {cycle} writer {w}");
+                let landed = writer
+                    .in_flight
+                    .take()
+                    .expect("extra bytes need an in-flight append");
+                assert_eq!(
+                    content,
+                    [acked, landed.clone()].concat(),
+                    "cycle {cycle} writer {w}"
+                );
                 writer.stored.push(landed);
             }
         }
@@ -117,5 +129,8 @@ async fn acknowledged_appends_survive_repeated_sigkill() {
         }
     }
     eprintln!("{acked_total} appends acknowledged across {CYCLES} SIGKILL cycles");
-    assert!(acked_total > WRITERS * CYCLES, "too few appends were acknowledged to test anything: {acked_total}");
+    assert!(
+        acked_total > WRITERS * CYCLES,
+        "too few appends were acknowledged to test anything: {acked_total}"
+    );
 }

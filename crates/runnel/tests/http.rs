@@ -11,29 +11,66 @@ async fn limits_health_and_bad_input_get_clear_answers() {
     let server = Server::start(dir.path(), &["--max-append-bytes", "1024"]).await;
     let client = reqwest::Client::new();
 
-    let health = client.get(format!("{}/health", server.base)).send().await.unwrap();
+    let health = client
+        .get(format!("{}/health", server.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status(), 200);
 
     let url = server.stream_url("limits");
-    let r = client.put(&url).header("content-type", "text/plain").send().await.unwrap();
+    let r = client
+        .put(&url)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 201);
-    let r = client.post(&url).header("content-type", "text/plain").body(vec![b'x'; 1025]).send().await.unwrap();
+    let r = client
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body(vec![b'x'; 1025])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 413);
     assert!(r.text().await.unwrap().contains("1024"));
-    let r = client.post(&url).header("content-type", "text/plain").body(vec![b'x'; 1024]).send().await.unwrap();
+    let r = client
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body(vec![b'x'; 1024])
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 204);
 
     let long = server.stream_url(&"n".repeat(1025));
     let r = client.put(&long).send().await.unwrap();
     assert_eq!(r.status(), 400);
     let reason = r.text().await.unwrap();
-    assert!(reason.contains("1024") && reason.lines().count() == 1, "{reason}");
+    assert!(
+        reason.contains("1024") && reason.lines().count() == 1,
+        "{reason}"
+    );
 
-    let r = client.get(format!("{url}?offset=garbage")).send().await.unwrap();
+    let r = client
+        .get(format!("{url}?offset=garbage"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
-    let r = client.put(&url).header("stream-ttl", "1e3").send().await.unwrap();
+    let r = client
+        .put(&url)
+        .header("stream-ttl", "1e3")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 400);
-    let r = client.get(format!("{}/elsewhere", server.base)).send().await.unwrap();
+    let r = client
+        .get(format!("{}/elsewhere", server.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(r.status(), 404);
 }
 
@@ -44,7 +81,13 @@ async fn closure_producers_forks_and_deletes_survive_restart() {
     {
         let server = Server::start(dir.path(), &[]).await;
         let src = server.stream_url("restart/src");
-        client.put(&src).header("content-type", "text/plain").body("abc").send().await.unwrap();
+        client
+            .put(&src)
+            .header("content-type", "text/plain")
+            .body("abc")
+            .send()
+            .await
+            .unwrap();
         let r = client
             .post(&src)
             .header("content-type", "text/plain")
@@ -57,9 +100,19 @@ async fn closure_producers_forks_and_deletes_survive_restart() {
             .unwrap();
         assert_eq!(r.status(), 200);
         let fork = server.stream_url("restart/fork");
-        let r = client.put(&fork).header("stream-forked-from", "/v1/stream/restart/src").send().await.unwrap();
+        let r = client
+            .put(&fork)
+            .header("stream-forked-from", "/v1/stream/restart/src")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 201);
-        client.post(&src).header("stream-closed", "true").send().await.unwrap();
+        client
+            .post(&src)
+            .header("stream-closed", "true")
+            .send()
+            .await
+            .unwrap();
         assert_eq!(client.delete(&src).send().await.unwrap().status(), 204);
     }
     let server = Server::start(dir.path(), &[]).await;
@@ -73,7 +126,12 @@ async fn closure_producers_forks_and_deletes_survive_restart() {
 
     // Producer state survived: a stale epoch is fenced after restart.
     let other = server.stream_url("restart/producer");
-    client.put(&other).header("content-type", "text/plain").send().await.unwrap();
+    client
+        .put(&other)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
     let post = |epoch: &str, seq: &str| {
         client
             .post(&other)

@@ -14,7 +14,11 @@ impl Server {
     /// Starts `runnel serve` on a free loopback port over `data_dir` and
     /// waits until it answers /health.
     pub async fn start(data_dir: &Path, extra: &[&str]) -> Server {
-        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = Command::new(env!("CARGO_BIN_EXE_runnel"))
             .arg("serve")
             .arg("--listen")
@@ -68,9 +72,16 @@ pub async fn read_all(client: &reqwest::Client, url: &str) -> Vec<u8> {
     let mut out = Vec::new();
     let mut offset = "-1".to_string();
     loop {
-        let r = client.get(format!("{url}?offset={offset}")).send().await.unwrap();
+        let r = client
+            .get(format!("{url}?offset={offset}"))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status(), 200, "reading {url}");
-        let next = r.headers()["stream-next-offset"].to_str().unwrap().to_string();
+        let next = r.headers()["stream-next-offset"]
+            .to_str()
+            .unwrap()
+            .to_string();
         let done = r.headers().get("stream-up-to-date").is_some();
         out.extend_from_slice(&r.bytes().await.unwrap());
         if done {
