@@ -14,5 +14,6 @@ cargo clippy --release --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --release --workspace --locked
 echo "== conformance suite"
-cargo build --release --locked -p runnel
+# cargo test built the release binary for the end-to-end tests; reuse it.
+[ -x target/release/runnel ] || cargo build --release --locked -p runnel
 scripts/conformance.sh "$root/target/release/runnel"

@@ -254,13 +254,18 @@ impl Log {
             return Err(LogError::Closed);
         }
         let start = pending.next_pos;
+        // The committer sleeps only on an empty buffer: wake it only then
+        // (a notify is a syscall; under load most appends skip it).
+        let committer_may_sleep = pending.buf.is_empty();
         frame::encode_into(&mut pending.buf, payload);
         let buffered = pending.buf.len();
         pending.record_ends.push(buffered);
         let end = start + HEADER_LEN + payload.len() as u64;
         pending.next_pos = end;
         drop(pending);
-        self.shared.wake_committer.notify_one();
+        if committer_may_sleep {
+            self.shared.wake_committer.notify_one();
+        }
         Ok(Appended {
             payload_pos: start + HEADER_LEN,
             end,

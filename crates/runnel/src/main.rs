@@ -3,6 +3,11 @@
 
 mod config;
 
+/// mimalloc: the request path allocates small buffers from many threads,
+/// which glibc's allocator handles markedly slower.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
@@ -23,6 +28,11 @@ struct Cli {
 enum Commands {
     /// Run the server (single node; data in ./runnel-data by default).
     Serve(Box<ServeArgs>),
+    /// Load generator for the published workloads, against any server.
+    Bench {
+        #[command(subcommand)]
+        command: runnel_bench::BenchCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -36,6 +46,7 @@ fn main() -> ExitCode {
         .init();
     let result = match cli.command {
         Commands::Serve(args) => serve(*args),
+        Commands::Bench { command } => runnel_bench::run(command).map_err(|e| e.to_string()),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

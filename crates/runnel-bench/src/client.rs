@@ -1,0 +1,146 @@
+//! A minimal HTTP/1.1 client: one TCP connection per simulated client, no
+//! pool, no redirects. Load generators need exactly this, and nothing in
+//! the request path that a server under test would not see from `wrk`.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+
+use crate::BenchError;
+
+/// A target server: its socket address and the `Host` header to send.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub addr: SocketAddr,
+    pub authority: String,
+}
+
+impl Target {
+    /// Parses `http://host:port` (a trailing `/` is allowed).
+    pub fn parse(url: &str) -> Result<Target, BenchError> {
+        let rest = url
+            .strip_prefix("http://")
+            .ok_or_else(|| BenchError::Usage(format!("target {url:?} must start with http://")))?;
+        let authority = rest.trim_end_matches('/').to_string();
+        use std::net::ToSocketAddrs;
+        let addr = authority
+            .to_socket_addrs()
+            .map_err(|e| BenchError::Usage(format!("target {url:?}: {e}")))?
+            .next()
+            .ok_or_else(|| BenchError::Usage(format!("target {url:?} resolves to nothing")))?;
+        Ok(Target { addr, authority })
+    }
+
+    /// Parses a comma-separated list.
+    pub fn parse_list(urls: &str) -> Result<Vec<Target>, BenchError> {
+        urls.split(',').filter(|u| !u.is_empty()).map(Target::parse).collect()
+    }
+}
+
+/// One keep-alive connection.
+pub struct Connection {
+    target: Target,
+    sender: SendRequest<Full<Bytes>>,
+}
+
+/// A finished exchange with the body read.
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+impl Connection {
+    pub async fn open(target: &Target) -> Result<Connection, BenchError> {
+        let stream = tokio::time::timeout(Duration::from_secs(10), tokio::net::TcpStream::connect(target.addr))
+            .await
+            .map_err(|_| BenchError::Http("connect timed out".into()))?
+            .map_err(|e| BenchError::Http(format!("connect {}: {e}", target.addr)))?;
+        stream.set_nodelay(true).ok();
+        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| BenchError::Http(e.to_string()))?;
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        Ok(Connection {
+            target: target.clone(),
+            sender,
+        })
+    }
+
+    /// Sends a request and returns the response head with the body unread.
+    pub async fn send_streaming(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> Result<http::Response<Incoming>, BenchError> {
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(path)
+            .header(http::header::HOST, &self.target.authority);
+        for (name, value) in headers {
+            builder = builder.header(*name, value);
+        }
+        let request = builder
+            .body(Full::new(body))
+            .map_err(|e| BenchError::Http(e.to_string()))?;
+        self.sender
+            .ready()
+            .await
+            .map_err(|e| BenchError::Http(e.to_string()))?;
+        self.sender
+            .send_request(request)
+            .await
+            .map_err(|e| BenchError::Http(e.to_string()))
+    }
+
+    /// Sends a request and reads the whole response.
+    pub async fn send(
+        &mut self,
+        method: Method,
+        path: &str,
+        headers: &[(&str, String)],
+        body: Bytes,
+    ) -> Result<Reply, BenchError> {
+        let response = self.send_streaming(method, path, headers, body).await?;
+        let (parts, body) = response.into_parts();
+        let body = body
+            .collect()
+            .await
+            .map_err(|e| BenchError::Http(e.to_string()))?
+            .to_bytes();
+        Ok(Reply {
+            status: parts.status,
+            headers: parts.headers,
+            body,
+        })
+    }
+}
+
+/// Outcome class of a write, as the results count them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    /// 429 or 503: the server pushed back.
+    BackPressure,
+    Error,
+}
+
+pub fn classify(status: StatusCode) -> Outcome {
+    if status.is_success() {
+        Outcome::Ok
+    } else if status == StatusCode::TOO_MANY_REQUESTS || status == StatusCode::SERVICE_UNAVAILABLE {
+        Outcome::BackPressure
+    } else {
+        Outcome::Error
+    }
+}

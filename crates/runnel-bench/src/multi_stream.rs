@@ -1,0 +1,137 @@
+//! Multi-stream writes: N streams, one writer and one connection each,
+//! appending fixed-size payloads with durable acknowledgements.
+//!
+//! Closed loop by default (each writer sends its next append when the last
+//! is acknowledged). With `--rate` or `--rate-per-stream` it runs open
+//! loop: appends are scheduled at fixed times and latency is measured from
+//! the scheduled time, so a stall shows up in the tail instead of quietly
+//! lowering the offered load (coordinated omission).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::client::{classify, Connection, Outcome};
+use crate::common::{self, CommonArgs, Progress};
+use crate::stats::{process_cpu_secs, Counts, Latency};
+use crate::BenchError;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    /// Streams, each with one writer and one connection.
+    #[arg(long, default_value_t = 100)]
+    pub streams: usize,
+    #[arg(long, default_value_t = 256)]
+    pub payload_bytes: usize,
+    /// Open loop: appends per second per stream.
+    #[arg(long)]
+    pub rate_per_stream: Option<f64>,
+    /// Open loop: appends per second over all streams.
+    #[arg(long, conflicts_with = "rate_per_stream")]
+    pub rate: Option<f64>,
+    #[arg(long, default_value = "text/plain")]
+    pub content_type: String,
+}
+
+struct WriterResult {
+    latency: Latency,
+    counts: Counts,
+}
+
+pub async fn run(args: Args) -> Result<(), BenchError> {
+    let targets = args.common.targets()?;
+    let style = args.common.api_style;
+    if args.streams == 0 {
+        return Err(BenchError::Usage("--streams must be at least 1".into()));
+    }
+    let run = common::run_id();
+    let names: Vec<String> = (0..args.streams).map(|i| format!("ms-{run}-{i}")).collect();
+    common::create_streams(&targets, style, &names, &args.content_type).await?;
+
+    let per_stream_rate = args
+        .rate_per_stream
+        .or(args.rate.map(|r| r / args.streams as f64))
+        .filter(|r| *r > 0.0);
+    let payload = Bytes::from(common::padded_payload("runnel-bench ", args.payload_bytes));
+
+    let mut connections = Vec::with_capacity(names.len());
+    for (i, _) in names.iter().enumerate() {
+        connections.push(Connection::open(&targets[i % targets.len()]).await?);
+    }
+    let done = Arc::new(AtomicU64::new(0));
+    let cpu_start = process_cpu_secs();
+    let start = Instant::now() + Duration::from_millis(50);
+    let deadline = start + args.common.duration();
+    let mut tasks = Vec::new();
+    for (i, (name, mut conn)) in names.into_iter().zip(connections).enumerate() {
+        let (payload, done, content_type) = (payload.clone(), Arc::clone(&done), args.content_type.clone());
+        // Spread open-loop writers' schedules so they do not fire together.
+        let phase = per_stream_rate.map(|r| Duration::from_secs_f64((i as f64 / args.streams as f64) / r));
+        tasks.push(tokio::spawn(async move {
+            let mut result = WriterResult {
+                latency: Latency::default(),
+                counts: Counts::default(),
+            };
+            tokio::time::sleep_until(start.into()).await;
+            let mut sent = 0u64;
+            loop {
+                let intended = match per_stream_rate {
+                    Some(rate) => start + phase.unwrap_or_default() + Duration::from_secs_f64(sent as f64 / rate),
+                    None => Instant::now(),
+                };
+                if intended >= deadline {
+                    break;
+                }
+                tokio::time::sleep_until(intended.into()).await;
+                let call = style.append(&name, &content_type, payload.clone());
+                let outcome = match call.send(&mut conn).await {
+                    Ok(reply) => classify(reply.status),
+                    Err(_) => Outcome::Error,
+                };
+                sent += 1;
+                result.counts.add(outcome);
+                if outcome == Outcome::Ok {
+                    result.latency.record(intended.elapsed());
+                    done.fetch_add(1, Ordering::Relaxed);
+                } else if outcome == Outcome::Error {
+                    // A broken connection is replaced, not hammered.
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            }
+            result
+        }));
+    }
+    let progress = Progress::start(args.common.quiet, "appends", Arc::clone(&done), args.common.duration());
+    let mut latency = Latency::default();
+    let mut counts = Counts::default();
+    for t in tasks {
+        let r = t.await.map_err(|e| BenchError::Setup(e.to_string()))?;
+        latency.merge(&r.latency);
+        counts.merge(r.counts);
+    }
+    drop(progress);
+    let elapsed = start.elapsed().min(args.common.duration() + Duration::from_secs(60));
+    common::finish(
+        &args.common,
+        "multi-stream",
+        args.streams as u64,
+        serde_json::json!({
+            "streams": args.streams,
+            "payload_bytes": args.payload_bytes,
+            "rate_per_stream": per_stream_rate,
+            "open_loop": per_stream_rate.is_some(),
+            "content_type": args.content_type,
+        }),
+        elapsed,
+        counts,
+        counts.ok,
+        &latency,
+        0,
+        cpu_start,
+    )?;
+    Ok(())
+}

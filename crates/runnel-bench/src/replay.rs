@@ -1,0 +1,150 @@
+//! Catch-up replay: N clients, each on its own pre-filled stream (or all
+//! on one with `--per-client-stream false`), reconnect at the same moment
+//! and fetch everything. Measures each client's time from the reconnect
+//! to full state (connect included) and the bytes it received.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+
+use crate::api::ApiStyle;
+use crate::client::{Connection, Target};
+use crate::common::{self, CommonArgs, Progress};
+use crate::stats::{process_cpu_secs, Counts, Latency};
+use crate::BenchError;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+    #[arg(long, default_value_t = 100)]
+    pub clients: usize,
+    /// Events in each stream before the clients reconnect.
+    #[arg(long, default_value_t = 200)]
+    pub pre_events: usize,
+    #[arg(long, default_value_t = 1024)]
+    pub event_bytes: usize,
+    /// One stream per client (true) or one shared stream (false).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub per_client_stream: bool,
+}
+
+pub async fn run(args: Args) -> Result<(), BenchError> {
+    let targets = args.common.targets()?;
+    let style = args.common.api_style;
+    let run = common::run_id();
+    let streams = if args.per_client_stream { args.clients.max(1) } else { 1 };
+    let names: Vec<String> = (0..streams).map(|i| format!("rp-{run}-{i}")).collect();
+    common::create_streams(&targets, style, &names, "application/octet-stream").await?;
+    fill(&targets, style, &names, args.pre_events, args.event_bytes).await?;
+
+    let cpu_start = process_cpu_secs();
+    let done = Arc::new(AtomicU64::new(0));
+    let progress = Progress::start(args.common.quiet, "clients done", Arc::clone(&done), Duration::from_secs(0));
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..args.clients {
+        let target = targets[i % targets.len()].clone();
+        let name = names[i % names.len()].clone();
+        let (done, pre_events) = (Arc::clone(&done), args.pre_events as u64);
+        tasks.push(tokio::spawn(async move {
+            let result = replay_one(&target, style, &name, pre_events).await;
+            done.fetch_add(1, Ordering::Relaxed);
+            result.map(|bytes| (start.elapsed(), bytes))
+        }));
+    }
+    let mut latency = Latency::default();
+    let mut counts = Counts::default();
+    let mut bytes = 0;
+    for t in tasks {
+        match t.await.map_err(|e| BenchError::Setup(e.to_string()))? {
+            Ok((took, got)) => {
+                latency.record(took);
+                counts.ok += 1;
+                bytes += got;
+            }
+            Err(_) => counts.error += 1,
+        }
+    }
+    let elapsed = start.elapsed();
+    drop(progress);
+    common::finish(
+        &args.common,
+        "replay",
+        args.clients as u64,
+        serde_json::json!({
+            "clients": args.clients,
+            "pre_events": args.pre_events,
+            "event_bytes": args.event_bytes,
+            "per_client_stream": args.per_client_stream,
+            "bytes_per_client": bytes.checked_div(counts.ok).unwrap_or(0),
+        }),
+        elapsed,
+        counts,
+        counts.ok,
+        &latency,
+        bytes,
+        cpu_start,
+    )?;
+    Ok(())
+}
+
+/// Fills every stream with `events` appends, 32 streams at a time.
+async fn fill(targets: &[Target], style: ApiStyle, names: &[String], events: usize, bytes: usize) -> Result<(), BenchError> {
+    let parallel = 32.min(names.len());
+    let payload = Bytes::from(common::padded_payload("replay-event ", bytes));
+    let mut tasks = Vec::new();
+    for lane in 0..parallel {
+        let mine: Vec<String> = names.iter().skip(lane).step_by(parallel).cloned().collect();
+        let (target, payload) = (targets[lane % targets.len()].clone(), payload.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut conn = Connection::open(&target).await?;
+            for name in mine {
+                for _ in 0..events {
+                    let reply = style.append(&name, "application/octet-stream", payload.clone()).send(&mut conn).await?;
+                    if !reply.status.is_success() {
+                        return Err(BenchError::Setup(format!("filling {name}: {}", reply.status)));
+                    }
+                }
+            }
+            Ok(())
+        }));
+    }
+    for t in tasks {
+        t.await.map_err(|e| BenchError::Setup(e.to_string()))??;
+    }
+    Ok(())
+}
+
+/// Connects and reads a stream to its tail; returns the bytes received.
+async fn replay_one(target: &Target, style: ApiStyle, name: &str, pre_events: u64) -> Result<u64, BenchError> {
+    let mut conn = Connection::open(target).await?;
+    if let Some(call) = style.bootstrap(name) {
+        let reply = call.send(&mut conn).await?;
+        if !reply.status.is_success() {
+            return Err(BenchError::Http(format!("bootstrap: {}", reply.status)));
+        }
+        return Ok(reply.body.len() as u64);
+    }
+    let (mut bytes, mut records, mut offset) = (0u64, 0u64, None::<String>);
+    for _ in 0..100_000 {
+        let reply = style.read(name, offset.as_deref()).send(&mut conn).await?;
+        if !reply.status.is_success() {
+            return Err(BenchError::Http(format!("read: {}", reply.status)));
+        }
+        bytes += reply.body.len() as u64;
+        let (next, up_to_date) = style.continuation(&reply, records);
+        if style == ApiStyle::S2 {
+            records = next.as_deref().and_then(|n| n.parse().ok()).unwrap_or(records);
+            if records >= pre_events || up_to_date {
+                return Ok(bytes);
+            }
+        } else if up_to_date {
+            return Ok(bytes);
+        }
+        offset = next;
+    }
+    Err(BenchError::Http("stream never reached its tail".into()))
+}
