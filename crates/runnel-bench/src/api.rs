@@ -36,7 +36,8 @@ pub struct Call {
 impl Call {
     pub async fn send(self, conn: &mut Connection) -> Result<Reply, BenchError> {
         let headers: Vec<(&str, String)> = self.headers.into_iter().collect();
-        conn.send(self.method, &self.path, &headers, self.body).await
+        conn.send(self.method, &self.path, &headers, self.body)
+            .await
     }
 }
 
@@ -50,7 +51,10 @@ impl ApiStyle {
     }
 
     fn s2_headers(json: bool) -> Vec<(&'static str, String)> {
-        let mut h = vec![("s2-basin", NAMESPACE.to_string()), ("s2-format", "raw".to_string())];
+        let mut h = vec![
+            ("s2-basin", NAMESPACE.to_string()),
+            ("s2-format", "raw".to_string()),
+        ];
         if json {
             h.push(("content-type", "application/json".to_string()));
         }
@@ -70,14 +74,22 @@ impl ApiStyle {
             .send(conn)
             .await?;
             if !reply.status.is_success() && reply.status != http::StatusCode::CONFLICT {
-                return Err(BenchError::Setup(format!("creating the S2 basin: {}", reply.status)));
+                return Err(BenchError::Setup(format!(
+                    "creating the S2 basin: {}",
+                    reply.status
+                )));
             }
         }
         Ok(())
     }
 
     /// Creates one stream (idempotently).
-    pub async fn create_stream(self, conn: &mut Connection, name: &str, content_type: &str) -> Result<(), BenchError> {
+    pub async fn create_stream(
+        self,
+        conn: &mut Connection,
+        name: &str,
+        content_type: &str,
+    ) -> Result<(), BenchError> {
         let call = match self {
             ApiStyle::S2 => Call {
                 method: Method::POST,
@@ -96,7 +108,10 @@ impl ApiStyle {
         if reply.status.is_success() || reply.status == http::StatusCode::CONFLICT {
             Ok(())
         } else {
-            Err(BenchError::Setup(format!("creating stream {name}: {}", reply.status)))
+            Err(BenchError::Setup(format!(
+                "creating stream {name}: {}",
+                reply.status
+            )))
         }
     }
 
@@ -109,7 +124,9 @@ impl ApiStyle {
                     method: Method::POST,
                     path: self.stream_path(name),
                     headers: Self::s2_headers(true),
-                    body: serde_json::json!({ "records": [{ "body": text }] }).to_string().into(),
+                    body: serde_json::json!({ "records": [{ "body": text }] })
+                        .to_string()
+                        .into(),
                 }
             }
             _ => Call {
@@ -124,14 +141,22 @@ impl ApiStyle {
     /// A catch-up read from `offset` (`None`: from the start).
     pub fn read(self, name: &str, offset: Option<&str>) -> Call {
         let path = match (self, offset) {
-            (ApiStyle::S2, _) => format!("{}?seq_num={}", self.stream_path(name), offset.unwrap_or("0")),
+            (ApiStyle::S2, _) => format!(
+                "{}?seq_num={}",
+                self.stream_path(name),
+                offset.unwrap_or("0")
+            ),
             (_, Some(o)) => format!("{}?offset={o}", self.stream_path(name)),
             (_, None) => format!("{}?offset=-1", self.stream_path(name)),
         };
         Call {
             method: Method::GET,
             path,
-            headers: if self == ApiStyle::S2 { Self::s2_headers(false) } else { vec![] },
+            headers: if self == ApiStyle::S2 {
+                Self::s2_headers(false)
+            } else {
+                vec![]
+            },
             body: Bytes::new(),
         }
     }
@@ -160,7 +185,8 @@ impl ApiStyle {
     pub fn continuation(self, reply: &Reply, records_so_far: u64) -> (Option<String>, bool) {
         match self {
             ApiStyle::S2 => {
-                let value: serde_json::Value = serde_json::from_slice(&reply.body).unwrap_or_default();
+                let value: serde_json::Value =
+                    serde_json::from_slice(&reply.body).unwrap_or_default();
                 let got = value["records"].as_array().map_or(0, |r| r.len() as u64);
                 (Some((records_so_far + got).to_string()), got == 0)
             }

@@ -39,7 +39,10 @@ impl Target {
 
     /// Parses a comma-separated list.
     pub fn parse_list(urls: &str) -> Result<Vec<Target>, BenchError> {
-        urls.split(',').filter(|u| !u.is_empty()).map(Target::parse).collect()
+        urls.split(',')
+            .filter(|u| !u.is_empty())
+            .map(Target::parse)
+            .collect()
     }
 }
 
@@ -58,10 +61,13 @@ pub struct Reply {
 
 impl Connection {
     pub async fn open(target: &Target) -> Result<Connection, BenchError> {
-        let stream = tokio::time::timeout(Duration::from_secs(10), tokio::net::TcpStream::connect(target.addr))
-            .await
-            .map_err(|_| BenchError::Http("connect timed out".into()))?
-            .map_err(|e| BenchError::Http(format!("connect {}: {e}", target.addr)))?;
+        let stream = tokio::time::timeout(
+            Duration::from_secs(10),
+            tokio::net::TcpStream::connect(target.addr),
+        )
+        .await
+        .map_err(|_| BenchError::Http("connect timed out".into()))?
+        .map_err(|e| BenchError::Http(format!("connect {}: {e}", target.addr)))?;
         stream.set_nodelay(true).ok();
         let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
             .await

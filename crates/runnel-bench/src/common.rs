@@ -107,7 +107,12 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn start(quiet: bool, what: &'static str, done: Arc<AtomicU64>, total: Duration) -> Progress {
+    pub fn start(
+        quiet: bool,
+        what: &'static str,
+        done: Arc<AtomicU64>,
+        total: Duration,
+    ) -> Progress {
         let task = tokio::spawn(async move {
             if quiet {
                 return;
@@ -184,7 +189,8 @@ pub fn raise_open_file_limit() {
     };
     // SAFETY: getrlimit/setrlimit only read and write the struct we pass.
     unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 && limit.rlim_cur < limit.rlim_max
+        {
             limit.rlim_cur = limit.rlim_max;
             libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
         }

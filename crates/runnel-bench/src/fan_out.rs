@@ -50,8 +50,15 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let mut subscribers = Vec::new();
     for i in 0..args.subscribers {
         let target = targets[i % targets.len()].clone();
-        let (path, ready, delivered, stop) = (sse_path.clone(), Arc::clone(&ready), Arc::clone(&delivered), stop_rx.clone());
-        subscribers.push(tokio::spawn(subscribe(target, path, ready, delivered, stop)));
+        let (path, ready, delivered, stop) = (
+            sse_path.clone(),
+            Arc::clone(&ready),
+            Arc::clone(&delivered),
+            stop_rx.clone(),
+        );
+        subscribers.push(tokio::spawn(subscribe(
+            target, path, ready, delivered, stop,
+        )));
     }
     let connect_deadline = Instant::now() + Duration::from_secs_f64(args.connect_timeout_secs);
     while (ready.load(Ordering::Relaxed) as usize) < args.subscribers {
@@ -72,7 +79,12 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let mut sent = 0u64;
     let start = Instant::now();
     let deadline = start + args.common.duration();
-    let progress = Progress::start(args.common.quiet, "deliveries", Arc::clone(&delivered), args.common.duration());
+    let progress = Progress::start(
+        args.common.quiet,
+        "deliveries",
+        Arc::clone(&delivered),
+        args.common.duration(),
+    );
     loop {
         let due = start + Duration::from_secs_f64(sent as f64 / args.writer_rate.max(0.001));
         if due >= deadline {
@@ -80,7 +92,11 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         }
         tokio::time::sleep_until(due.into()).await;
         let payload = common::padded_payload(&format!("{}|", now_us()), args.payload_bytes);
-        let outcome = match style.append(&name, "text/plain", Bytes::from(payload)).send(&mut writer).await {
+        let outcome = match style
+            .append(&name, "text/plain", Bytes::from(payload))
+            .send(&mut writer)
+            .await
+        {
             Ok(reply) => classify(reply.status),
             Err(_) => Outcome::Error,
         };
@@ -103,7 +119,10 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     }
     let expected = counts.ok * args.subscribers as u64;
     if !args.common.quiet {
-        eprintln!("events written {}, deliveries {deliveries} of {expected} expected", counts.ok);
+        eprintln!(
+            "events written {}, deliveries {deliveries} of {expected} expected",
+            counts.ok
+        );
     }
     common::finish(
         &args.common,
@@ -145,7 +164,10 @@ async fn subscribe(
         return result;
     };
     let headers = [("accept", "text/event-stream".to_string())];
-    let Ok(response) = conn.send_streaming(Method::GET, &path, &headers, Bytes::new()).await else {
+    let Ok(response) = conn
+        .send_streaming(Method::GET, &path, &headers, Bytes::new())
+        .await
+    else {
         return result;
     };
     if !response.status().is_success() {
@@ -160,7 +182,9 @@ async fn subscribe(
             _ = stop.changed() => break,
         };
         let Some(Ok(frame)) = frame else { break };
-        let Ok(data) = frame.into_data() else { continue };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
         result.bytes += data.len() as u64;
         buffer.extend_from_slice(&data);
         // Handle every complete event in the buffer.
@@ -177,8 +201,13 @@ async fn subscribe(
                 } else if is_data && line.starts_with(b"data:") {
                     let text = &line[5..];
                     let stamp = text.split(|b| *b == b'|').next().unwrap_or_default();
-                    if let Some(sent) = std::str::from_utf8(stamp).ok().and_then(|s| s.trim().parse::<u64>().ok()) {
-                        result.latency.record(Duration::from_micros(now.saturating_sub(sent)));
+                    if let Some(sent) = std::str::from_utf8(stamp)
+                        .ok()
+                        .and_then(|s| s.trim().parse::<u64>().ok())
+                    {
+                        result
+                            .latency
+                            .record(Duration::from_micros(now.saturating_sub(sent)));
                         result.deliveries += 1;
                         delivered.fetch_add(1, Ordering::Relaxed);
                     }

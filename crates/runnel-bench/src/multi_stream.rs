@@ -68,9 +68,14 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let deadline = start + args.common.duration();
     let mut tasks = Vec::new();
     for (i, (name, mut conn)) in names.into_iter().zip(connections).enumerate() {
-        let (payload, done, content_type) = (payload.clone(), Arc::clone(&done), args.content_type.clone());
+        let (payload, done, content_type) = (
+            payload.clone(),
+            Arc::clone(&done),
+            args.content_type.clone(),
+        );
         // Spread open-loop writers' schedules so they do not fire together.
-        let phase = per_stream_rate.map(|r| Duration::from_secs_f64((i as f64 / args.streams as f64) / r));
+        let phase =
+            per_stream_rate.map(|r| Duration::from_secs_f64((i as f64 / args.streams as f64) / r));
         tasks.push(tokio::spawn(async move {
             let mut result = WriterResult {
                 latency: Latency::default(),
@@ -80,7 +85,11 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
             let mut sent = 0u64;
             loop {
                 let intended = match per_stream_rate {
-                    Some(rate) => start + phase.unwrap_or_default() + Duration::from_secs_f64(sent as f64 / rate),
+                    Some(rate) => {
+                        start
+                            + phase.unwrap_or_default()
+                            + Duration::from_secs_f64(sent as f64 / rate)
+                    }
                     None => Instant::now(),
                 };
                 if intended >= deadline {
@@ -105,7 +114,12 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
             result
         }));
     }
-    let progress = Progress::start(args.common.quiet, "appends", Arc::clone(&done), args.common.duration());
+    let progress = Progress::start(
+        args.common.quiet,
+        "appends",
+        Arc::clone(&done),
+        args.common.duration(),
+    );
     let mut latency = Latency::default();
     let mut counts = Counts::default();
     for t in tasks {
@@ -114,7 +128,9 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         counts.merge(r.counts);
     }
     drop(progress);
-    let elapsed = start.elapsed().min(args.common.duration() + Duration::from_secs(60));
+    let elapsed = start
+        .elapsed()
+        .min(args.common.duration() + Duration::from_secs(60));
     common::finish(
         &args.common,
         "multi-stream",

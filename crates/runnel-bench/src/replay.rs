@@ -35,14 +35,23 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let targets = args.common.targets()?;
     let style = args.common.api_style;
     let run = common::run_id();
-    let streams = if args.per_client_stream { args.clients.max(1) } else { 1 };
+    let streams = if args.per_client_stream {
+        args.clients.max(1)
+    } else {
+        1
+    };
     let names: Vec<String> = (0..streams).map(|i| format!("rp-{run}-{i}")).collect();
     common::create_streams(&targets, style, &names, "application/octet-stream").await?;
     fill(&targets, style, &names, args.pre_events, args.event_bytes).await?;
 
     let cpu_start = process_cpu_secs();
     let done = Arc::new(AtomicU64::new(0));
-    let progress = Progress::start(args.common.quiet, "clients done", Arc::clone(&done), Duration::from_secs(0));
+    let progress = Progress::start(
+        args.common.quiet,
+        "clients done",
+        Arc::clone(&done),
+        Duration::from_secs(0),
+    );
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..args.clients {
@@ -92,7 +101,13 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
 }
 
 /// Fills every stream with `events` appends, 32 streams at a time.
-async fn fill(targets: &[Target], style: ApiStyle, names: &[String], events: usize, bytes: usize) -> Result<(), BenchError> {
+async fn fill(
+    targets: &[Target],
+    style: ApiStyle,
+    names: &[String],
+    events: usize,
+    bytes: usize,
+) -> Result<(), BenchError> {
     let parallel = 32.min(names.len());
     let payload = Bytes::from(common::padded_payload("replay-event ", bytes));
     let mut tasks = Vec::new();
@@ -103,9 +118,15 @@ async fn fill(targets: &[Target], style: ApiStyle, names: &[String], events: usi
             let mut conn = Connection::open(&target).await?;
             for name in mine {
                 for _ in 0..events {
-                    let reply = style.append(&name, "application/octet-stream", payload.clone()).send(&mut conn).await?;
+                    let reply = style
+                        .append(&name, "application/octet-stream", payload.clone())
+                        .send(&mut conn)
+                        .await?;
                     if !reply.status.is_success() {
-                        return Err(BenchError::Setup(format!("filling {name}: {}", reply.status)));
+                        return Err(BenchError::Setup(format!(
+                            "filling {name}: {}",
+                            reply.status
+                        )));
                     }
                 }
             }
@@ -119,7 +140,12 @@ async fn fill(targets: &[Target], style: ApiStyle, names: &[String], events: usi
 }
 
 /// Connects and reads a stream to its tail; returns the bytes received.
-async fn replay_one(target: &Target, style: ApiStyle, name: &str, pre_events: u64) -> Result<u64, BenchError> {
+async fn replay_one(
+    target: &Target,
+    style: ApiStyle,
+    name: &str,
+    pre_events: u64,
+) -> Result<u64, BenchError> {
     let mut conn = Connection::open(target).await?;
     if let Some(call) = style.bootstrap(name) {
         let reply = call.send(&mut conn).await?;
@@ -137,7 +163,10 @@ async fn replay_one(target: &Target, style: ApiStyle, name: &str, pre_events: u6
         bytes += reply.body.len() as u64;
         let (next, up_to_date) = style.continuation(&reply, records);
         if style == ApiStyle::S2 {
-            records = next.as_deref().and_then(|n| n.parse().ok()).unwrap_or(records);
+            records = next
+                .as_deref()
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(records);
             if records >= pre_events || up_to_date {
                 return Ok(bytes);
             }

@@ -55,16 +55,37 @@ pub fn run(args: Args) -> Result<(), BenchError> {
     let mut rows = Vec::new();
     for path in &args.results {
         let text = std::fs::read_to_string(path)?;
-        let row: Row = serde_json::from_str(&text)
-            .map_err(|e| BenchError::Usage(format!("{}: not a result file: {e}", path.display())))?;
+        let row: Row = serde_json::from_str(&text).map_err(|e| {
+            BenchError::Usage(format!("{}: not a result file: {e}", path.display()))
+        })?;
         rows.push(row);
     }
     std::fs::create_dir_all(&args.out)?;
     let charts: [Chart; 4] = [
-        ("multi-stream", "appends/s", |r| r.throughput_per_sec, "multi-stream-throughput.svg"),
-        ("multi-stream", "p99 ack latency (ms)", |r| r.latency.p99_ms, "multi-stream-p99.svg"),
-        ("fan-out", "p99 publish-to-receive (ms)", |r| r.latency.p99_ms, "fan-out-p99.svg"),
-        ("replay", "p99 time to full state (ms)", |r| r.latency.p99_ms, "replay-p99.svg"),
+        (
+            "multi-stream",
+            "appends/s",
+            |r| r.throughput_per_sec,
+            "multi-stream-throughput.svg",
+        ),
+        (
+            "multi-stream",
+            "p99 ack latency (ms)",
+            |r| r.latency.p99_ms,
+            "multi-stream-p99.svg",
+        ),
+        (
+            "fan-out",
+            "p99 publish-to-receive (ms)",
+            |r| r.latency.p99_ms,
+            "fan-out-p99.svg",
+        ),
+        (
+            "replay",
+            "p99 time to full state (ms)",
+            |r| r.latency.p99_ms,
+            "replay-p99.svg",
+        ),
     ];
     for (workload, y_label, value, file) in charts {
         let selected: Vec<&Row> = rows.iter().filter(|r| r.workload == workload).collect();
@@ -76,7 +97,13 @@ pub fn run(args: Args) -> Result<(), BenchError> {
             "fan-out" => "subscribers",
             _ => "clients",
         };
-        let svg = line_chart(&format!("{workload}: {y_label}"), x_label, y_label, &selected, value);
+        let svg = line_chart(
+            &format!("{workload}: {y_label}"),
+            x_label,
+            y_label,
+            &selected,
+            value,
+        );
         std::fs::write(args.out.join(file), svg)?;
     }
     let table = markdown_table(&rows, &args.reference);
@@ -99,7 +126,13 @@ pub fn markdown_table(rows: &[Row], reference: &str) -> String {
         let reference_row = rows
             .iter()
             .find(|o| o.workload == r.workload && o.size == r.size && o.system == reference);
-        let ratio = |a: f64, b: f64| if b > 0.0 { format!("{:.2}x", a / b) } else { "-".into() };
+        let ratio = |a: f64, b: f64| {
+            if b > 0.0 {
+                format!("{:.2}x", a / b)
+            } else {
+                "-".into()
+            }
+        };
         let (tput_ratio, p99_ratio) = match reference_row {
             Some(base) => (
                 ratio(r.throughput_per_sec, base.throughput_per_sec),
@@ -130,23 +163,48 @@ pub fn markdown_table(rows: &[Row], reference: &str) -> String {
     out
 }
 
-const COLORS: [&str; 6] = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"];
+const COLORS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+];
 
 /// A line chart: sizes evenly spaced on x, one polyline per system.
-pub fn line_chart(title: &str, x_label: &str, y_label: &str, rows: &[&Row], value: fn(&Row) -> f64) -> String {
+pub fn line_chart(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    rows: &[&Row],
+    value: fn(&Row) -> f64,
+) -> String {
     let (w, h, left, right, top, bottom) = (720.0, 420.0, 80.0, 160.0, 40.0, 50.0);
-    let sizes: Vec<u64> = rows.iter().map(|r| r.size).collect::<BTreeSet<_>>().into_iter().collect();
+    let sizes: Vec<u64> = rows
+        .iter()
+        .map(|r| r.size)
+        .collect::<BTreeSet<_>>()
+        .into_iter()
+        .collect();
     let mut series: BTreeMap<&str, Vec<(u64, f64)>> = BTreeMap::new();
     for r in rows {
-        series.entry(r.system.as_str()).or_default().push((r.size, value(r)));
+        series
+            .entry(r.system.as_str())
+            .or_default()
+            .push((r.size, value(r)));
     }
-    let y_max = rows.iter().map(|r| value(r)).fold(0.0f64, f64::max).max(1e-9) * 1.1;
+    let y_max = rows
+        .iter()
+        .map(|r| value(r))
+        .fold(0.0f64, f64::max)
+        .max(1e-9)
+        * 1.1;
     let plot_w = w - left - right;
     let plot_h = h - top - bottom;
     let x_at = |size: u64| {
         let i = sizes.iter().position(|s| *s == size).unwrap_or(0) as f64;
         let n = (sizes.len().max(2) - 1) as f64;
-        left + if sizes.len() == 1 { plot_w / 2.0 } else { plot_w * i / n }
+        left + if sizes.len() == 1 {
+            plot_w / 2.0
+        } else {
+            plot_w * i / n
+        }
     };
     let y_at = |v: f64| top + plot_h * (1.0 - v / y_max);
 
@@ -156,7 +214,12 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, rows: &[&Row], valu
         r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" font-family="sans-serif" font-size="12">"#
     );
     let _ = writeln!(svg, r#"<rect width="{w}" height="{h}" fill="white"/>"#);
-    let _ = writeln!(svg, r#"<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#, w / 2.0, escape(title));
+    let _ = writeln!(
+        svg,
+        r#"<text x="{}" y="22" font-size="15" text-anchor="middle">{}</text>"#,
+        w / 2.0,
+        escape(title)
+    );
     // Axes, grid and ticks.
     for i in 0..=5 {
         let v = y_max * i as f64 / 5.0;
@@ -203,14 +266,22 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, rows: &[&Row], valu
     for (i, (system, mut points)) in series.into_iter().enumerate() {
         points.sort_by_key(|p| p.0);
         let color = COLORS[i % COLORS.len()];
-        let path: Vec<String> = points.iter().map(|(s, v)| format!("{:.1},{:.1}", x_at(*s), y_at(*v))).collect();
+        let path: Vec<String> = points
+            .iter()
+            .map(|(s, v)| format!("{:.1},{:.1}", x_at(*s), y_at(*v)))
+            .collect();
         let _ = writeln!(
             svg,
             r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"/>"#,
             path.join(" ")
         );
         for (s, v) in &points {
-            let _ = writeln!(svg, r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#, x_at(*s), y_at(*v));
+            let _ = writeln!(
+                svg,
+                r#"<circle cx="{:.1}" cy="{:.1}" r="3" fill="{color}"/>"#,
+                x_at(*s),
+                y_at(*v)
+            );
         }
         let ly = top + 16.0 * i as f64 + 10.0;
         let lx = left + plot_w + 14.0;
@@ -238,7 +309,9 @@ fn tick(v: f64) -> String {
 }
 
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+    s.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 #[cfg(test)]
@@ -268,15 +341,25 @@ mod tests {
 
     #[test]
     fn table_shows_ratios_against_the_reference() {
-        let rows = vec![row("runnel", 100, 20_000.0, 5.0), row("peer", 100, 5_000.0, 20.0)];
+        let rows = vec![
+            row("runnel", 100, 20_000.0, 5.0),
+            row("peer", 100, 5_000.0, 20.0),
+        ];
         let table = markdown_table(&rows, "runnel");
-        assert!(table.contains("| multi-stream | 100 | peer | 5000 |"), "{table}");
+        assert!(
+            table.contains("| multi-stream | 100 | peer | 5000 |"),
+            "{table}"
+        );
         assert!(table.contains("| 0.25x | 4.00x |"), "{table}");
     }
 
     #[test]
     fn chart_has_a_line_per_system() {
-        let rows = [row("runnel", 100, 1.0, 1.0), row("runnel", 500, 2.0, 1.0), row("peer", 100, 1.0, 1.0)];
+        let rows = [
+            row("runnel", 100, 1.0, 1.0),
+            row("runnel", 500, 2.0, 1.0),
+            row("peer", 100, 1.0, 1.0),
+        ];
         let refs: Vec<&Row> = rows.iter().collect();
         let svg = line_chart("t", "streams", "appends/s", &refs, |r| r.throughput_per_sec);
         assert_eq!(svg.matches("<polyline").count(), 2);

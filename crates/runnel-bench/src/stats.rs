@@ -24,7 +24,9 @@ impl Default for Latency {
 
 impl Latency {
     pub fn record(&mut self, d: Duration) {
-        let us = u64::try_from(d.as_micros()).unwrap_or(u64::MAX).clamp(1, 3_600_000_000);
+        let us = u64::try_from(d.as_micros())
+            .unwrap_or(u64::MAX)
+            .clamp(1, 3_600_000_000);
         self.hist.saturating_record(us);
     }
 

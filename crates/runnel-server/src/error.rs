@@ -16,6 +16,8 @@ pub enum ApiError {
     PayloadTooLarge(u64),
     NotFound,
     MethodNotAllowed,
+    /// The live-reader limit is reached: 503 with Retry-After.
+    TooManyLiveReaders,
     Engine(EngineError),
 }
 
@@ -53,6 +55,13 @@ impl IntoResponse for ApiError {
                     HeaderValue::from_static("GET, HEAD, PUT, POST, DELETE, OPTIONS"),
                 );
                 (StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into())
+            }
+            ApiError::TooManyLiveReaders => {
+                headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("2"));
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "too many live readers on this node; retry later".into(),
+                )
             }
             ApiError::Engine(e) => engine_status(e, &mut headers),
         };

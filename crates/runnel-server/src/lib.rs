@@ -10,6 +10,7 @@ pub mod cursor;
 pub mod error;
 pub mod handlers;
 pub mod headers;
+pub mod listener;
 pub mod middleware;
 
 use std::sync::Arc;
@@ -33,6 +34,14 @@ pub struct ServerConfig {
     /// An SSE connection is closed after this long; clients resume from
     /// their last control offset.
     pub sse_max_duration: Duration,
+    /// A connection whose peer accepts no bytes for this long while the
+    /// server has some to send is closed (a stuck SSE reader is cut off and
+    /// resumes by offset).
+    pub write_stall_timeout: Duration,
+    /// Open connections; more wait in the accept backlog.
+    pub max_connections: usize,
+    /// Concurrent SSE and long-poll readers; more get 503 + Retry-After.
+    pub max_live_readers: usize,
 }
 
 impl Default for ServerConfig {
@@ -43,6 +52,9 @@ impl Default for ServerConfig {
             max_read_bytes: 1 << 20,
             sse_keepalive: Duration::from_secs(15),
             sse_max_duration: Duration::from_secs(60),
+            write_stall_timeout: Duration::from_secs(10),
+            max_connections: 50_000,
+            max_live_readers: 40_000,
         }
     }
 }
@@ -52,12 +64,18 @@ impl Default for ServerConfig {
 pub struct AppState {
     pub node: Arc<Node>,
     pub config: Arc<ServerConfig>,
+    /// One permit per live reader (SSE or long-poll).
+    pub live_readers: Arc<tokio::sync::Semaphore>,
+    /// SSE events rendered once for all readers at a stream position.
+    pub sse_cache: Arc<handlers::SseRenderCache>,
 }
 
 /// The application: stream routes, health, and the protocol headers.
 pub fn router(node: Arc<Node>, config: ServerConfig) -> Router {
     let state = AppState {
         node,
+        live_readers: Arc::new(tokio::sync::Semaphore::new(config.max_live_readers.max(1))),
+        sse_cache: Arc::default(),
         config: Arc::new(config),
     };
     Router::new()
@@ -68,12 +86,19 @@ pub fn router(node: Arc<Node>, config: ServerConfig) -> Router {
         .with_state(state)
 }
 
-/// Serves `app` on `listener` until `shutdown` resolves.
+/// Serves `app` on `listener` with `config`'s connection limits until
+/// `shutdown` resolves.
 pub async fn serve(
     listener: tokio::net::TcpListener,
+    config: &ServerConfig,
     app: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let listener = listener::LimitedListener::new(
+        listener,
+        config.max_connections,
+        config.write_stall_timeout,
+    );
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await

@@ -47,6 +47,15 @@ pub struct ServeArgs {
     /// SSE connections close after this many ms [default: 60000].
     #[arg(long)]
     pub sse_max_duration_ms: Option<u64>,
+    /// A connection that accepts no bytes for this long is closed [default: 10000].
+    #[arg(long)]
+    pub write_stall_timeout_ms: Option<u64>,
+    /// Open connections at most; more wait in the backlog [default: 50000].
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// SSE and long-poll readers at most; more get 503 [default: 40000].
+    #[arg(long)]
+    pub max_live_readers: Option<usize>,
     /// Queued proposals per group before writes get 503 [default: 65536].
     #[arg(long)]
     pub max_pending_proposals: Option<usize>,
@@ -114,6 +123,15 @@ impl ServeArgs {
         }
         if let Some(ms) = pick!(sse_max_duration_ms) {
             server.sse_max_duration = Duration::from_millis(ms);
+        }
+        if let Some(ms) = pick!(write_stall_timeout_ms) {
+            server.write_stall_timeout = Duration::from_millis(ms.max(1));
+        }
+        if let Some(n) = pick!(max_connections) {
+            server.max_connections = n.max(1);
+        }
+        if let Some(n) = pick!(max_live_readers) {
+            server.max_live_readers = n.max(1);
         }
         // A record holds one command with its body and a small header.
         let record_limit = server

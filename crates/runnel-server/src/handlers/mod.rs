@@ -8,6 +8,8 @@ mod head;
 mod read;
 mod sse;
 
+pub use sse::RenderCache as SseRenderCache;
+
 use axum::body::Body;
 use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};

@@ -1,5 +1,7 @@
 //! GET: catch-up reads and long-polls (SSE lives in [`super::sse`]).
 
+use std::sync::Arc;
+
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -41,7 +43,13 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
         Some(token) => parse_read_from(token).map_err(|e| ApiError::bad(format!("offset: {e}")))?,
     };
     if live == Live::Sse {
-        return sse::serve(app, name, from, query.cursor).await;
+        // EventSource reconnects with the URL it started with; the last
+        // event id it saw says where it really is.
+        let resume = headers::text(request.headers(), "last-event-id")?
+            .filter(|id| !id.is_empty())
+            .map(|id| parse_read_from(id).map_err(|e| ApiError::bad(format!("Last-Event-ID: {e}"))))
+            .transpose()?;
+        return sse::serve(app, name, resume.unwrap_or(from), query.cursor).await;
     }
 
     let engine = app.node.engine_for(&name);
@@ -74,6 +82,9 @@ async fn wait_for_data(
     if plan.reached_close() {
         return Ok(None);
     }
+    let _reader = Arc::clone(&app.live_readers)
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyLiveReaders)?;
     let id = plan.info.id;
     let deadline = tokio::time::Instant::now() + app.config.long_poll_timeout;
     // Subscribe first, then look: a commit in between still wakes us.

@@ -2,7 +2,10 @@
 //! events each followed by one `control` event. Text streams are sent as
 //! text, JSON streams as one array per data event, anything else base64.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
@@ -10,17 +13,15 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, StatusCode};
 use runnel_core::json::render_json_array;
-use runnel_core::{ContentKind, ReadFrom, ReadPlan};
+use runnel_core::{ContentKind, ReadFrom, ReadPlan, StreamId};
 use runnel_engine::{now_ms, ReadResult};
-use tokio::sync::mpsc;
+use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::time::{Instant, Sleep};
 
 use crate::cursor::next_cursor;
 use crate::error::ApiError;
 use crate::headers::names;
 use crate::AppState;
-
-/// Events buffered per connection before the writer waits for the client.
-const CONNECTION_BUFFER: usize = 16;
 
 pub async fn serve(
     app: AppState,
@@ -28,14 +29,15 @@ pub async fn serve(
     from: ReadFrom,
     cursor: Option<String>,
 ) -> Result<Response, ApiError> {
+    let permit = Arc::clone(&app.live_readers)
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyLiveReaders)?;
     // Errors before the first byte are ordinary statuses.
-    let first = app
-        .node
-        .engine_for(&name)
-        .read(&name, from, app.config.max_read_bytes)?;
+    let engine = app.node.engine_for(&name);
+    let first = engine.read(&name, from, app.config.max_read_bytes)?;
+    let mut changes = engine.subscribe(first.plan.info.id);
+    let seen = *changes.borrow_and_update();
     let kind = first.plan.info.kind;
-    let (tx, rx) = mpsc::channel::<Bytes>(CONNECTION_BUFFER);
-    tokio::spawn(tail(app, name, first, cursor, tx));
 
     let mut headers = HeaderMap::new();
     headers.insert(
@@ -53,69 +55,199 @@ pub async fn serve(
             HeaderValue::from_static("base64"),
         );
     }
-    let events = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv()
-            .await
-            .map(|chunk| (Ok::<_, Infallible>(chunk), rx))
+    // The first answer always ends in a control event, data or not.
+    let rendered = Rendered::of(&first, cursor.as_deref(), true);
+    let now = Instant::now();
+    let tail = Tail {
+        id: first.plan.info.id,
+        position: rendered.next,
+        // Re-read once after subscribing: a commit between the first read
+        // and the subscription must not go unnoticed.
+        waiting: false,
+        seen,
+        finished: rendered.reached_close,
+        first: rendered.bytes,
+        keepalive: Box::pin(tokio::time::sleep(app.config.sse_keepalive)),
+        deadline: Box::pin(tokio::time::sleep(app.config.sse_max_duration)),
+        last_sent: now,
+        app,
+        name,
+        cursor,
+        changes,
+        _permit: permit,
+    };
+    // Pull-based: the connection asks for the next event only when it can
+    // write it, so a slow reader costs no buffer; a reader that stops
+    // reading entirely is cut off by the transport's stall timeout.
+    let events = futures::stream::unfold(tail, |mut tail| async move {
+        let chunk = tail.next_chunk().await?;
+        Some((Ok::<_, Infallible>(chunk), tail))
     });
     Ok((StatusCode::OK, headers, Body::from_stream(events)).into_response())
 }
 
-/// Writes events until the stream closes, the client leaves, or the
-/// connection's maximum duration passes.
-async fn tail(
+/// One SSE connection's position in its stream.
+struct Tail {
     app: AppState,
     name: String,
-    first: ReadResult,
+    id: StreamId,
     cursor: Option<String>,
-    tx: mpsc::Sender<Bytes>,
-) {
-    let engine = app.node.engine_for(&name);
-    let id = first.plan.info.id;
-    let kind = first.plan.info.kind;
-    let mut changes = engine.subscribe(id);
-    let deadline = tokio::time::Instant::now() + app.config.sse_max_duration;
-    let mut result = first;
-    // The first answer always ends in a control event, data or not.
-    let mut send_control = true;
-    loop {
-        if !result.body.is_empty() || send_control {
-            let mut out = Vec::new();
-            if !result.body.is_empty() {
-                data_event(&mut out, kind, &result.body);
-            }
-            control_event(&mut out, &result.plan, cursor.as_deref());
-            if tx.send(Bytes::from(out)).await.is_err() || result.plan.reached_close() {
-                return;
-            }
+    changes: watch::Receiver<u64>,
+    /// Where the next read starts.
+    position: u64,
+    /// The last read reached the tail: wait for a change before reading.
+    waiting: bool,
+    /// Notifier version this connection has seen; every commit up to it is
+    /// covered by its reads.
+    seen: u64,
+    finished: bool,
+    /// The first answer, rendered before the response started.
+    first: Option<Bytes>,
+    // Timers live as long as the connection: re-arming is cheaper than
+    // creating and dropping them around every event.
+    keepalive: Pin<Box<Sleep>>,
+    deadline: Pin<Box<Sleep>>,
+    last_sent: Instant,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Tail {
+    /// The next bytes to write: events, or a keepalive comment. `None` ends
+    /// the connection (stream closed or gone, or maximum duration).
+    async fn next_chunk(&mut self) -> Option<Bytes> {
+        if let Some(first) = self.first.take() {
+            return Some(first);
         }
-        let position = result.plan.next.position();
-        // Wait for more, unless this read stopped short of the tail.
-        while result.plan.up_to_date() {
-            tokio::select! {
-                changed = changes.changed() => {
-                    if changed.is_err() {
-                        return;
-                    }
-                    break;
-                }
-                _ = tokio::time::sleep(app.config.sse_keepalive) => {
-                    if tx.send(Bytes::from_static(b": keepalive\n\n")).await.is_err() {
-                        return;
-                    }
-                }
-                _ = tokio::time::sleep_until(deadline) => return,
-                _ = tx.closed() => return,
+        loop {
+            if self.finished {
+                return None;
             }
-        }
-        result = match engine.read_by_id(id, position, app.config.max_read_bytes) {
-            Ok(r) => r,
+            if self.waiting {
+                tokio::select! {
+                    changed = self.changes.changed() => {
+                        if changed.is_err() {
+                            return None;
+                        }
+                        self.seen = *self.changes.borrow_and_update();
+                    }
+                    _ = self.keepalive.as_mut() => {
+                        let due = self.last_sent + self.app.config.sse_keepalive;
+                        if Instant::now() >= due {
+                            self.last_sent = Instant::now();
+                            self.keepalive.as_mut().reset(self.last_sent + self.app.config.sse_keepalive);
+                            return Some(Bytes::from_static(b": keepalive\n\n"));
+                        }
+                        self.keepalive.as_mut().reset(due);
+                        continue;
+                    }
+                    _ = self.deadline.as_mut() => return None,
+                }
+            }
             // Deleted or expired: end the connection; a reconnect gets 404/410.
-            Err(_) => return,
-        };
-        // A close without a final body still owes the reader its last control.
-        send_control = result.plan.reached_close();
+            let rendered = self.render()?;
+            self.position = rendered.next;
+            // A render made before this connection's last wake-up may
+            // predate the commit that woke it: read again rather than wait.
+            self.waiting = rendered.up_to_date && rendered.version >= self.seen;
+            self.finished = rendered.reached_close;
+            if let Some(bytes) = &rendered.bytes {
+                self.last_sent = Instant::now();
+                return Some(bytes.clone());
+            }
+        }
     }
+
+    /// The events from the current position, rendered once per stream and
+    /// position for every connection there (connections with their own
+    /// cursor render for themselves).
+    fn render(&self) -> Option<Arc<Rendered>> {
+        let key = (self.id, self.position);
+        let shareable = self.cursor.is_none();
+        if shareable {
+            if let Some(hit) = self.app.sse_cache.get(key) {
+                return Some(hit);
+            }
+        }
+        let engine = self.app.node.engine_for(&self.name);
+        let result = engine
+            .read_by_id(self.id, self.position, self.app.config.max_read_bytes)
+            .ok()?;
+        let mut rendered = Rendered::of(&result, self.cursor.as_deref(), false);
+        rendered.version = self.seen;
+        let rendered = Arc::new(rendered);
+        if shareable && rendered.bytes.is_some() {
+            self.app.sse_cache.put(key, Arc::clone(&rendered));
+        }
+        Some(rendered)
+    }
+}
+
+/// A read rendered as SSE bytes, with where the reader goes next.
+pub struct Rendered {
+    /// Data and control events; `None` when the read found nothing to say.
+    bytes: Option<Bytes>,
+    next: u64,
+    up_to_date: bool,
+    reached_close: bool,
+    /// Cursor interval the control event was rendered in.
+    interval: u64,
+    /// Notifier version the rendering connection had seen before reading.
+    version: u64,
+}
+
+impl Rendered {
+    fn of(result: &ReadResult, cursor: Option<&str>, owes_control: bool) -> Rendered {
+        let plan = &result.plan;
+        let speaks = !result.body.is_empty() || owes_control || plan.reached_close();
+        let bytes = speaks.then(|| {
+            let mut out = Vec::with_capacity(result.body.len() * 4 / 3 + 256);
+            if !result.body.is_empty() {
+                data_event(&mut out, plan.info.kind, &result.body);
+            }
+            control_event(&mut out, plan, cursor);
+            Bytes::from(out)
+        });
+        Rendered {
+            bytes,
+            next: plan.next.position(),
+            up_to_date: plan.up_to_date(),
+            reached_close: plan.reached_close(),
+            interval: current_interval(),
+            version: 0,
+        }
+    }
+}
+
+/// Rendered events shared by the connections at the same stream and
+/// position. Small and bounded: only the newest positions matter.
+#[derive(Default)]
+pub struct RenderCache {
+    entries: Mutex<HashMap<(StreamId, u64), Arc<Rendered>>>,
+}
+
+/// Entries kept before the cache starts over.
+const RENDER_CACHE_ENTRIES: usize = 4096;
+
+impl RenderCache {
+    fn get(&self, key: (StreamId, u64)) -> Option<Arc<Rendered>> {
+        let entries = self.entries.lock().expect("render cache lock");
+        entries
+            .get(&key)
+            .filter(|r| r.interval == current_interval())
+            .cloned()
+    }
+
+    fn put(&self, key: (StreamId, u64), rendered: Arc<Rendered>) {
+        let mut entries = self.entries.lock().expect("render cache lock");
+        if entries.len() >= RENDER_CACHE_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(key, rendered);
+    }
+}
+
+fn current_interval() -> u64 {
+    next_cursor(now_ms(), None).parse().unwrap_or(0)
 }
 
 /// `event: data`, one `data:` line per line of the payload.
@@ -164,7 +296,8 @@ fn data_lines(out: &mut Vec<u8>, payload: &[u8]) {
 }
 
 /// `event: control` with the next offset, a cursor (while open), and the
-/// up-to-date and closed flags.
+/// up-to-date and closed flags; its `id` is the offset, so EventSource
+/// resumes with `Last-Event-ID`.
 fn control_event(out: &mut Vec<u8>, plan: &ReadPlan, client_cursor: Option<&str>) {
     let mut control = serde_json::Map::new();
     control.insert("streamNextOffset".into(), plan.next.to_string().into());
@@ -181,6 +314,8 @@ fn control_event(out: &mut Vec<u8>, plan: &ReadPlan, client_cursor: Option<&str>
     }
     out.extend_from_slice(b"event: control\ndata:");
     out.extend_from_slice(serde_json::Value::Object(control).to_string().as_bytes());
+    out.extend_from_slice(b"\nid:");
+    out.extend_from_slice(plan.next.to_string().as_bytes());
     out.extend_from_slice(b"\n\n");
 }
 

@@ -48,6 +48,18 @@ impl Server {
         }
     }
 
+    /// Resident memory of the server process, in bytes.
+    #[allow(dead_code)] // not every test binary measures memory
+    pub fn rss_bytes(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let kb: u64 = status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc/PID/status");
+        kb * 1024
+    }
+
     pub fn stream_url(&self, name: &str) -> String {
         format!("{}/v1/stream/{name}", self.base)
     }
@@ -68,6 +80,7 @@ impl Drop for Server {
 }
 
 /// Reads a whole stream by following Stream-Next-Offset.
+#[allow(dead_code)] // not every test binary reads whole streams
 pub async fn read_all(client: &reqwest::Client, url: &str) -> Vec<u8> {
     let mut out = Vec::new();
     let mut offset = "-1".to_string();

@@ -1,0 +1,115 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of Runnel and its peers on this machine, with the
+# same client (`runnel bench`) and durable storage everywhere. Installs
+# the peers at pinned versions from their registries on first use.
+#
+#   bench/compare.sh                       # runnel, durable-rust, durable-node
+#   SYSTEMS="runnel durable-rust" bench/compare.sh
+#   QUICK=1 bench/compare.sh               # smaller sizes, shorter runs
+#
+# Results: $OUT/*.json, $OUT/results.md and SVG charts (default
+# bench/results/latest). Not part of CI: it takes many minutes.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+
+PEERS=${RUNNEL_PEERS_DIR:-/opt/runnel-peers}
+OUT=${OUT:-$root/bench/results/latest}
+SYSTEMS=${SYSTEMS:-runnel durable-rust durable-node}
+DURATION=${DURATION:-10}
+if [ "${QUICK:-0}" = 1 ]; then
+  MS_SIZES=${MS_SIZES:-"100 500"}; FO_SIZES=${FO_SIZES:-"100 1000"}; RP_SIZES=${RP_SIZES:-"100"}; DURATION=5
+else
+  MS_SIZES=${MS_SIZES:-"100 500 2000"}; FO_SIZES=${FO_SIZES:-"100 1000 10000"}; RP_SIZES=${RP_SIZES:-"100 1000"}
+fi
+PORT=${PORT:-4599}
+RUNNEL=$root/target/release/runnel
+
+mkdir -p "$OUT" "$PEERS"
+cargo build --release --locked -p runnel >&2
+
+install_peer() {
+  case "$1" in
+    durable-rust) [ -x "$PEERS/bin/durable-streams-server" ] ||
+      cargo install --locked --root "$PEERS" durable-streams-server@0.3.0 ;;
+    durable-node) [ -d "$PEERS/node/node_modules/@durable-streams/server" ] ||
+      (mkdir -p "$PEERS/node" && cd "$PEERS/node" && npm install --no-audit --no-fund @durable-streams/server@0.3.7) ;;
+    ursula) [ -x "$PEERS/bin/ursula" ] || cargo install --locked --root "$PEERS" ursula@0.11.5 ;;
+    s2) [ -x "$PEERS/bin/s2" ] || cargo install --locked --root "$PEERS" s2-cli@0.43.4 ;;
+    runnel) ;;
+    *) echo "unknown system $1" >&2; exit 2 ;;
+  esac
+}
+
+# Starts a system on $PORT with its data in $1; sets $server_pid and $api.
+start_system() {
+  local name=$1 data=$2
+  api=runnel
+  case "$name" in
+    runnel)
+      "$RUNNEL" serve --listen "127.0.0.1:$PORT" --data-dir "$data" >"$data.log" 2>&1 & ;;
+    durable-rust)
+      api=durable
+      cat >"$data.toml" <<EOF
+[server]
+bind_address = "127.0.0.1:$PORT"
+[limits]
+max_memory_bytes = 17179869184
+max_stream_bytes = 4294967296
+[storage]
+mode = "file-durable"
+data_dir = "$data"
+EOF
+      "$PEERS/bin/durable-streams-server" --config "$data.toml" >"$data.log" 2>&1 & ;;
+    durable-node)
+      api=durable
+      node --input-type=module -e "
+        import { DurableStreamTestServer } from '$PEERS/node/node_modules/@durable-streams/server/dist/index.js';
+        const s = new DurableStreamTestServer({ port: $PORT, host: '127.0.0.1', dataDir: '$data' });
+        await s.start();" >"$data.log" 2>&1 & ;;
+    s2)
+      api=s2
+      "$PEERS/bin/s2" lite --local-root "$data" --port "$PORT" >"$data.log" 2>&1 & ;;
+    ursula)
+      api=ursula
+      echo "ursula: write its config (raft.wal fsync=always, one peer) before enabling it here" >&2; exit 2 ;;
+  esac
+  server_pid=$!
+  for _ in $(seq 300); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  echo "$name did not start; see $data.log" >&2
+  exit 1
+}
+
+stop_system() {
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+}
+
+bench() { "$RUNNEL" bench "$@" --target "http://127.0.0.1:$PORT" --api-style "$api" --quiet; }
+
+for system in $SYSTEMS; do
+  install_peer "$system"
+  for size in $MS_SIZES; do
+    data=$(mktemp -d); start_system "$system" "$data/db"
+    bench multi-stream --streams "$size" --duration-secs "$DURATION" --label "$system" --json "$OUT/multi-stream-$system-$size.json"
+    stop_system; rm -rf "$data"
+  done
+  for size in $FO_SIZES; do
+    rate=50; [ "$size" -ge 10000 ] && rate=5
+    data=$(mktemp -d); start_system "$system" "$data/db"
+    bench fan-out --subscribers "$size" --writer-rate "$rate" --duration-secs "$DURATION" --label "$system" \
+      --json "$OUT/fan-out-$system-$size.json" || echo "fan-out $system $size failed" >&2
+    stop_system; rm -rf "$data"
+  done
+  for size in $RP_SIZES; do
+    data=$(mktemp -d); start_system "$system" "$data/db"
+    bench replay --clients "$size" --pre-events 200 --event-bytes 1024 --label "$system" --json "$OUT/replay-$system-$size.json"
+    stop_system; rm -rf "$data"
+  done
+done
+
+"$RUNNEL" bench report "$OUT"/*.json --out "$OUT" --reference runnel
+echo "results in $OUT" >&2
