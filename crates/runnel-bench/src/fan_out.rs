@@ -21,9 +21,13 @@ pub struct Args {
     pub common: CommonArgs,
     #[arg(long, default_value_t = 100)]
     pub subscribers: usize,
-    /// Events the writer appends per second.
+    /// Events appended per second over all writers; 0 appends as fast as
+    /// the server acknowledges (closed loop).
     #[arg(long, default_value_t = 50.0)]
     pub writer_rate: f64,
+    /// Concurrent writer connections sharing the rate.
+    #[arg(long, default_value_t = 1)]
+    pub writers: usize,
     #[arg(long, default_value_t = 64)]
     pub payload_bytes: usize,
     /// Seconds to wait for all subscribers to connect.
@@ -72,11 +76,10 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 
-    // The writer: events at fixed times, each stamped with its send time.
+    // The writers: events at fixed times (or back to back), each stamped
+    // with its send time.
     let cpu_start = process_cpu_secs();
-    let mut writer = Connection::open(&targets[0]).await?;
-    let mut counts = Counts::default();
-    let mut sent = 0u64;
+    let writers = args.writers.max(1);
     let start = Instant::now();
     let deadline = start + args.common.duration();
     let progress = Progress::start(
@@ -85,23 +88,44 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         Arc::clone(&delivered),
         args.common.duration(),
     );
-    loop {
-        let due = start + Duration::from_secs_f64(sent as f64 / args.writer_rate.max(0.001));
-        if due >= deadline {
-            break;
-        }
-        tokio::time::sleep_until(due.into()).await;
-        let payload = common::padded_payload(&format!("{}|", now_us()), args.payload_bytes);
-        let outcome = match style
-            .append(&name, "text/plain", Bytes::from(payload))
-            .send(&mut writer)
-            .await
-        {
-            Ok(reply) => classify(reply.status),
-            Err(_) => Outcome::Error,
-        };
-        counts.add(outcome);
-        sent += 1;
+    let mut writer_tasks = Vec::new();
+    for w in 0..writers {
+        let (target, name) = (targets[w % targets.len()].clone(), name.clone());
+        let (rate, payload_bytes) = (args.writer_rate / writers as f64, args.payload_bytes);
+        writer_tasks.push(tokio::spawn(async move {
+            let mut counts = Counts::default();
+            let Ok(mut conn) = Connection::open(&target).await else {
+                counts.error += 1;
+                return counts;
+            };
+            let offset = if rate > 0.0 { w as f64 / (rate * writers as f64) } else { 0.0 };
+            let mut sent = 0u64;
+            while Instant::now() < deadline {
+                if rate > 0.0 {
+                    let due = start + Duration::from_secs_f64(offset + sent as f64 / rate);
+                    if due >= deadline {
+                        break;
+                    }
+                    tokio::time::sleep_until(due.into()).await;
+                }
+                let payload = common::padded_payload(&format!("{}|", now_us()), payload_bytes);
+                let outcome = match style
+                    .append(&name, "text/plain", Bytes::from(payload))
+                    .send(&mut conn)
+                    .await
+                {
+                    Ok(reply) => classify(reply.status),
+                    Err(_) => Outcome::Error,
+                };
+                counts.add(outcome);
+                sent += 1;
+            }
+            counts
+        }));
+    }
+    let mut counts = Counts::default();
+    for t in writer_tasks {
+        counts.merge(t.await.map_err(|e| BenchError::Setup(e.to_string()))?);
     }
     // Let the last deliveries arrive.
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -131,6 +155,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         serde_json::json!({
             "subscribers": args.subscribers,
             "writer_rate": args.writer_rate,
+            "writers": writers,
             "payload_bytes": args.payload_bytes,
             "events_written": counts.ok,
             "deliveries_expected": expected,
