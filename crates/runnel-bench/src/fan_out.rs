@@ -98,7 +98,11 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
                 counts.error += 1;
                 return counts;
             };
-            let offset = if rate > 0.0 { w as f64 / (rate * writers as f64) } else { 0.0 };
+            let offset = if rate > 0.0 {
+                w as f64 / (rate * writers as f64)
+            } else {
+                0.0
+            };
             let mut sent = 0u64;
             while Instant::now() < deadline {
                 if rate > 0.0 {

@@ -7,6 +7,7 @@
 //! - [`replay`]: N clients each fetch a pre-filled stream at once.
 //! - [`baseline`]: a no-op server on the same HTTP stack (the ceiling).
 //! - [`report`]: charts and a table from result files.
+//! - [`log`]: the append log alone, against other write-ahead logs.
 //!
 //! It depends on no server internals: only HTTP.
 
@@ -15,6 +16,7 @@ pub mod baseline;
 pub mod client;
 mod common;
 pub mod fan_out;
+pub mod log;
 pub mod multi_stream;
 pub mod replay;
 pub mod report;
@@ -47,13 +49,17 @@ pub enum BenchCommand {
     BaselineServer(baseline::Args),
     /// Charts (SVG) and a Markdown table from result JSON files.
     Report(report::Args),
+    /// The append log alone: writer threads, durable acknowledgements.
+    Log(log::Args),
 }
 
 /// Runs a bench command to completion.
 pub fn run(command: BenchCommand) -> Result<(), BenchError> {
-    if let BenchCommand::Report(args) = command {
-        return report::run(args);
-    }
+    let command = match command {
+        BenchCommand::Report(args) => return report::run(args),
+        BenchCommand::Log(args) => return log::run(args),
+        other => other,
+    };
     common::raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -64,7 +70,7 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
             BenchCommand::FanOut(args) => fan_out::run(args).await,
             BenchCommand::Replay(args) => replay::run(args).await,
             BenchCommand::BaselineServer(args) => baseline::run(args).await,
-            BenchCommand::Report(_) => unreachable!("handled above"),
+            BenchCommand::Report(_) | BenchCommand::Log(_) => unreachable!("handled above"),
         }
     })
 }

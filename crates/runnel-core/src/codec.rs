@@ -119,6 +119,9 @@ impl<'a> Reader<'a> {
             self.take(8)?.try_into().expect("8 bytes"),
         ))
     }
+    pub fn array<const N: usize>(&mut self) -> Result<[u8; N], CodecError> {
+        Ok(self.take(N)?.try_into().expect("N bytes"))
+    }
     pub fn string(&mut self) -> Result<String, CodecError> {
         let len = self.u32()? as usize;
         let bytes = self.take(len)?;

@@ -46,6 +46,33 @@ pub struct CreateStream {
     pub closed: bool,
     pub fork: Option<ForkFrom>,
     pub body: Body,
+    /// Compact the stream as State Protocol change events (server-made
+    /// snapshots of the latest value per type and key).
+    pub compaction: bool,
+    pub retention: Retention,
+}
+
+/// Automatic history trimming of a stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Retention {
+    /// Keep at most this many bytes of history (whole appends).
+    pub max_bytes: Option<u64>,
+    /// Drop appends older than this.
+    pub max_age_secs: Option<u64>,
+}
+
+/// A snapshot of a stream's state at an offset, published by the
+/// application (or made by the server's compactor).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PutSnapshot {
+    pub name: String,
+    pub offset: u64,
+    pub content_type: String,
+    /// SHA-256 of the bytes: an identical retry is recognised without
+    /// comparing bytes.
+    pub digest: [u8; 32],
+    pub server_made: bool,
+    pub body: Body,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,15 +97,32 @@ pub enum Command {
     Expire {
         ids: Vec<StreamId>,
     },
+    PutSnapshot(PutSnapshot),
+    DeleteSnapshot {
+        name: String,
+        offset: u64,
+    },
+    /// Drop history before `before` (reads there get 410 afterwards).
+    Trim {
+        name: String,
+        before: u64,
+    },
 }
 
 impl Command {
     /// Drops the body's data (once logged, applying needs only its length).
     pub fn release_data(&mut self) {
+        if let Some(body) = self.body_mut() {
+            body.data = Vec::new();
+        }
+    }
+
+    fn body_mut(&mut self) -> Option<&mut Body> {
         match self {
-            Command::Create(c) => c.body.data = Vec::new(),
-            Command::Append(a) => a.body.data = Vec::new(),
-            Command::Delete { .. } | Command::Expire { .. } => {}
+            Command::Create(c) => Some(&mut c.body),
+            Command::Append(a) => Some(&mut a.body),
+            Command::PutSnapshot(p) => Some(&mut p.body),
+            _ => None,
         }
     }
 
@@ -93,7 +137,10 @@ impl Command {
                 names
             }
             Command::Append(a) => vec![a.name.as_str()],
-            Command::Delete { name } => vec![name.as_str()],
+            Command::PutSnapshot(p) => vec![p.name.as_str()],
+            Command::Delete { name }
+            | Command::DeleteSnapshot { name, .. }
+            | Command::Trim { name, .. } => vec![name.as_str()],
             Command::Expire { .. } => vec![],
         }
     }
@@ -103,7 +150,8 @@ impl Command {
         match self {
             Command::Create(c) => Some(&c.body),
             Command::Append(a) => Some(&a.body),
-            Command::Delete { .. } | Command::Expire { .. } => None,
+            Command::PutSnapshot(p) => Some(&p.body),
+            _ => None,
         }
     }
 }
@@ -120,6 +168,9 @@ const TAG_CREATE: u8 = 1;
 const TAG_APPEND: u8 = 2;
 const TAG_DELETE: u8 = 3;
 const TAG_EXPIRE: u8 = 4;
+const TAG_PUT_SNAPSHOT: u8 = 5;
+const TAG_DELETE_SNAPSHOT: u8 = 6;
+const TAG_TRIM: u8 = 7;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -158,6 +209,9 @@ impl Entry {
                     }
                     None => w.bool(false),
                 }
+                w.bool(c.compaction);
+                w.opt_u64(c.retention.max_bytes);
+                w.opt_u64(c.retention.max_age_secs);
                 w.u32_list(&c.body.message_ends);
             }
             Command::Append(a) => {
@@ -187,6 +241,24 @@ impl Entry {
                 for id in ids {
                     w.u64(*id);
                 }
+            }
+            Command::PutSnapshot(p) => {
+                w.u8(TAG_PUT_SNAPSHOT);
+                w.str(&p.name);
+                w.u64(p.offset);
+                w.str(&p.content_type);
+                w.raw(&p.digest);
+                w.bool(p.server_made);
+            }
+            Command::DeleteSnapshot { name, offset } => {
+                w.u8(TAG_DELETE_SNAPSHOT);
+                w.str(name);
+                w.u64(*offset);
+            }
+            Command::Trim { name, before } => {
+                w.u8(TAG_TRIM);
+                w.str(name);
+                w.u64(*before);
             }
         }
         w.raw(data);
@@ -228,6 +300,11 @@ impl Entry {
                 } else {
                     None
                 };
+                let compaction = r.bool()?;
+                let retention = Retention {
+                    max_bytes: r.opt_u64()?,
+                    max_age_secs: r.opt_u64()?,
+                };
                 let message_ends = r.u32_list()?;
                 Command::Create(CreateStream {
                     name,
@@ -236,6 +313,8 @@ impl Entry {
                     expires_at_ms,
                     closed,
                     fork,
+                    compaction,
+                    retention,
                     body: Body {
                         data: r.rest(with_data),
                         message_ends,
@@ -278,14 +357,39 @@ impl Entry {
                 }
                 Command::Expire { ids }
             }
+            TAG_PUT_SNAPSHOT => {
+                let name = r.string()?;
+                let offset = r.u64()?;
+                let content_type = r.string()?;
+                let digest = r.array::<32>()?;
+                let server_made = r.bool()?;
+                Command::PutSnapshot(PutSnapshot {
+                    name,
+                    offset,
+                    content_type,
+                    digest,
+                    server_made,
+                    body: Body {
+                        data: r.rest(with_data),
+                        message_ends: Vec::new(),
+                    },
+                })
+            }
+            TAG_DELETE_SNAPSHOT => Command::DeleteSnapshot {
+                name: r.string()?,
+                offset: r.u64()?,
+            },
+            TAG_TRIM => Command::Trim {
+                name: r.string()?,
+                before: r.u64()?,
+            },
             other => return Err(CodecError::UnknownTag(other)),
         };
-        let data_start = match command {
-            Command::Create(_) | Command::Append(_) => r.data_start(),
-            Command::Delete { .. } | Command::Expire { .. } => {
-                r.expect_end()?;
-                bytes.len()
-            }
+        let data_start = if command.body().is_some() {
+            r.data_start()
+        } else {
+            r.expect_end()?;
+            bytes.len()
         };
         Ok((Entry { now_ms, command }, data_start))
     }
@@ -315,6 +419,11 @@ mod tests {
                         data: b"{},".to_vec(),
                         message_ends: vec![3],
                     },
+                    compaction: true,
+                    retention: Retention {
+                        max_bytes: Some(10),
+                        max_age_secs: None,
+                    },
                 }),
             },
             Entry {
@@ -339,6 +448,34 @@ mod tests {
             Entry {
                 now_ms: 0,
                 command: Command::Expire { ids: vec![1, 2, 3] },
+            },
+            Entry {
+                now_ms: 7,
+                command: Command::PutSnapshot(PutSnapshot {
+                    name: "s".into(),
+                    offset: 12,
+                    content_type: "application/json".into(),
+                    digest: [9; 32],
+                    server_made: true,
+                    body: Body {
+                        data: b"[1,2]".to_vec(),
+                        message_ends: vec![],
+                    },
+                }),
+            },
+            Entry {
+                now_ms: 8,
+                command: Command::DeleteSnapshot {
+                    name: "s".into(),
+                    offset: 12,
+                },
+            },
+            Entry {
+                now_ms: 9,
+                command: Command::Trim {
+                    name: "s".into(),
+                    before: 4,
+                },
             },
         ]
     }

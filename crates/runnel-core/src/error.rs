@@ -41,4 +41,14 @@ pub enum CoreError {
     OffsetNotOnBoundary,
     #[error("stream would grow beyond the largest representable offset")]
     StreamFull,
+    #[error("history before {earliest} was trimmed")]
+    Trimmed { earliest: Offset },
+    #[error("a different snapshot is already stored at this offset")]
+    SnapshotConflict,
+    #[error("no snapshot at this offset")]
+    SnapshotNotFound,
+    #[error("snapshot offset must be a message boundary between the earliest offset and the tail")]
+    SnapshotOffsetInvalid,
+    #[error("trim offset must be a message boundary no later than the tail")]
+    TrimOffsetInvalid,
 }

@@ -2,30 +2,36 @@
 //!
 //! This crate owns what a stream *is*: the commands that change streams
 //! ([`command`]), their validation and effects ([`state`]), offsets
-//! ([`offset`]), JSON message framing ([`json`]) and read planning
-//! ([`read`]). It does no IO, reads no clock (time arrives inside each
-//! [`command::Entry`]) and spawns nothing, so every rule can be tested
+//! ([`offset`]), JSON message framing ([`json`]), read planning
+//! ([`read`]), snapshots, trimming and retention ([`history`]) and the
+//! State Protocol fold the compactor uses ([`state_protocol`]). It does
+//! no IO, reads no clock (time arrives inside each [`command::Entry`]) and
+//! spawns nothing, so every rule can be tested
 //! exhaustively and every replica that applies the same entries reaches
 //! the same state.
 
 mod codec;
 pub mod command;
 pub mod error;
+pub mod history;
 pub mod json;
 pub mod offset;
 pub mod read;
 pub mod state;
+pub mod state_protocol;
 pub mod stream;
 
 pub use codec::CodecError;
 pub use command::{
-    AppendToStream, Body, Command, CreateStream, Entry, ForkFrom, Producer, StreamId,
+    AppendToStream, Body, Command, CreateStream, Entry, ForkFrom, Producer, PutSnapshot, Retention,
+    StreamId,
 };
 pub use error::CoreError;
+pub use history::{BootstrapPlan, CompactionWork};
 pub use offset::{Offset, ReadFrom};
 pub use read::ReadPlan;
 pub use state::{Applied, Slice, StreamInfo, StreamsState};
-pub use stream::{ContentKind, StreamState};
+pub use stream::{ContentKind, SnapshotRef, StreamState};
 
 #[cfg(test)]
 mod tests;

@@ -60,7 +60,7 @@ impl StreamsState {
         let s = self.live_stream(name, now_ms)?;
         s.touch(now_ms);
         let start = match from {
-            ReadFrom::Start => 0,
+            ReadFrom::Start => s.earliest,
             ReadFrom::Now => s.tail,
             ReadFrom::At(offset) => offset.position(),
         };
@@ -85,6 +85,11 @@ impl StreamsState {
     fn plan_at(&self, s: &StreamState, start: u64, max_bytes: u64) -> Result<ReadPlan, CoreError> {
         if start > s.tail {
             return Err(CoreError::OffsetBeyondTail);
+        }
+        if start < s.earliest {
+            return Err(CoreError::Trimmed {
+                earliest: Offset(s.earliest),
+            });
         }
         if !self.is_boundary(s.id, start) {
             return Err(CoreError::OffsetNotOnBoundary);

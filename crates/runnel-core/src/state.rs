@@ -36,6 +36,15 @@ pub enum Applied {
     Expired {
         count: usize,
     },
+    SnapshotStored {
+        offset: Offset,
+        /// False when an identical snapshot was already stored.
+        created: bool,
+    },
+    SnapshotDeleted,
+    Trimmed {
+        earliest: Offset,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -101,7 +110,7 @@ pub struct StreamsState {
     next_id: StreamId,
     /// Streams whose tail, closure or existence changed since the last
     /// [`StreamsState::take_changed`]: the engine wakes their readers.
-    changed: Vec<StreamId>,
+    pub(crate) changed: Vec<StreamId>,
 }
 
 impl StreamsState {
@@ -123,6 +132,9 @@ impl StreamsState {
             Command::Append(a) => self.append(a, now, data_len, data_loc),
             Command::Delete { name } => self.delete(name),
             Command::Expire { ids } => Ok(self.expire(ids)),
+            Command::PutSnapshot(p) => self.put_snapshot(p, data_len, data_loc),
+            Command::DeleteSnapshot { name, offset } => self.delete_snapshot(name, *offset),
+            Command::Trim { name, before } => self.trim(name, *before),
         }
     }
 
@@ -235,6 +247,10 @@ impl StreamsState {
         };
 
         let start = base.as_ref().map_or(0, |b| b.point);
+        // A fork cannot read what its source had already trimmed.
+        let earliest = base
+            .as_ref()
+            .map_or(0, |b| self.streams[&b.source].earliest.min(b.point));
         if start.saturating_add(data_len) > MAX_POSITION {
             return Err(CoreError::StreamFull);
         }
@@ -265,8 +281,13 @@ impl StreamsState {
             last_stream_seq: None,
             fork_refs: 0,
             soft_deleted: false,
+            earliest,
+            snapshots: Default::default(),
+            server_snapshot: None,
+            compaction: c.compaction,
+            retention: c.retention,
         };
-        push_chunk(&mut stream, data_len, loc, &c.body.message_ends);
+        push_chunk(&mut stream, data_len, loc, &c.body.message_ends, now);
         let info = StreamInfo::of(&stream);
         self.names.insert(c.name.clone(), id);
         self.streams.insert(id, stream);
@@ -346,7 +367,7 @@ impl StreamsState {
         }
 
         // Accepted: every check above passed, now change state.
-        push_chunk(s, data_len, loc, &a.body.message_ends);
+        push_chunk(s, data_len, loc, &a.body.message_ends, now);
         if let (Some(p), Some(update)) = (&a.producer, producer_update) {
             s.producers.insert(p.id.clone(), update);
         }
@@ -502,7 +523,11 @@ fn same_config(existing: &StreamState, c: &CreateStream) -> bool {
     let inherits_expiry = c.fork.is_some() && c.ttl_secs.is_none() && c.expires_at_ms.is_none();
     let expiry_ok = inherits_expiry
         || (c.ttl_secs == existing.ttl_secs && c.expires_at_ms == existing.expires_at_ms);
-    content_type_ok && expiry_ok && c.fork == existing.fork_spec
+    content_type_ok
+        && expiry_ok
+        && c.fork == existing.fork_spec
+        && c.compaction == existing.compaction
+        && c.retention == existing.retention
 }
 
 /// Producer validation: the state to store if the append is accepted.
@@ -537,7 +562,7 @@ fn check_producer(
     }
 }
 
-fn push_chunk(s: &mut StreamState, data_len: u64, loc: u64, message_ends: &[u32]) {
+fn push_chunk(s: &mut StreamState, data_len: u64, loc: u64, message_ends: &[u32], now: i64) {
     if data_len == 0 {
         return;
     }
@@ -546,6 +571,7 @@ fn push_chunk(s: &mut StreamState, data_len: u64, loc: u64, message_ends: &[u32]
         len: data_len,
         loc,
         message_ends: (message_ends.len() > 1).then(|| message_ends.into()),
+        at_ms: now,
     });
     s.tail += data_len;
 }

@@ -1,10 +1,10 @@
 //! One stream's state: configuration, tail, producer table, and the index
 //! from stream positions to where the bytes live in the log.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 
-use crate::command::{ForkFrom, StreamId};
+use crate::command::{ForkFrom, Retention, StreamId};
 
 /// How a stream's bytes are framed and rendered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -52,6 +52,8 @@ pub(crate) struct Chunk {
     /// For JSON chunks of more than one message: end of each message,
     /// relative to `start`.
     pub message_ends: Option<Box<[u32]>>,
+    /// When it was appended (for age retention).
+    pub at_ms: i64,
 }
 
 impl Chunk {
@@ -66,6 +68,17 @@ pub(crate) struct ForkBase {
     pub source: StreamId,
     /// Positions below this are read from the source.
     pub point: u64,
+}
+
+/// A stored snapshot: where its bytes are and how to recognise a retry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotRef {
+    pub offset: u64,
+    pub loc: u64,
+    pub len: u64,
+    pub digest: [u8; 32],
+    pub content_type: String,
+    pub server_made: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +114,15 @@ pub struct StreamState {
     pub(crate) fork_refs: u32,
     /// Deleted, but kept because forks still read it (answers 410).
     pub soft_deleted: bool,
+    /// History before this position was trimmed (reads there get 410).
+    pub earliest: u64,
+    /// Application snapshots by offset.
+    pub(crate) snapshots: BTreeMap<u64, SnapshotRef>,
+    /// The compactor's latest snapshot.
+    pub(crate) server_snapshot: Option<SnapshotRef>,
+    /// Compact as State Protocol change events.
+    pub compaction: bool,
+    pub retention: Retention,
 }
 
 impl StreamState {
@@ -148,6 +170,17 @@ impl StreamState {
         let idx = self.chunks.partition_point(|c| c.start <= pos);
         let idx = idx.checked_sub(1)?;
         (pos < self.chunks[idx].end()).then_some(idx)
+    }
+
+    /// The snapshot a bootstrap starts from: the newest by offset, the
+    /// application's on a tie.
+    pub fn latest_snapshot(&self) -> Option<&SnapshotRef> {
+        let app = self.snapshots.values().next_back();
+        match (app, self.server_snapshot.as_ref()) {
+            (Some(a), Some(s)) if s.offset > a.offset => Some(s),
+            (Some(a), _) => Some(a),
+            (None, s) => s,
+        }
     }
 
     /// Bytes of index memory this stream holds (for the memory budget and

@@ -11,9 +11,11 @@
 //!
 //! Module map: [`node`] opens the data directory, recovers, and routes
 //! names to groups; [`local`] is the local group (its commit task and
-//! state); [`tail`] wakes live readers.
+//! state); [`tail`] wakes live readers; [`history`] runs retention and
+//! State Protocol compaction in the background.
 
 mod clock;
+pub mod history;
 pub mod local;
 pub mod node;
 pub mod tail;
@@ -22,7 +24,10 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
-use runnel_core::{Applied, Command, CoreError, ReadFrom, ReadPlan, StreamId, StreamInfo};
+use runnel_core::{
+    Applied, BootstrapPlan, Command, CoreError, ReadFrom, ReadPlan, SnapshotRef, StreamId,
+    StreamInfo,
+};
 use tokio::sync::watch;
 
 pub use clock::now_ms;
@@ -86,4 +91,23 @@ pub trait GroupEngine: Send + Sync + 'static {
     /// A receiver that changes whenever stream `id` changes (append, close,
     /// delete). Subscribe before reading to never miss a wake-up.
     fn subscribe(&self, id: StreamId) -> watch::Receiver<u64>;
+
+    /// A snapshot of `name` (at `offset`, or the latest) with its bytes.
+    fn snapshot(
+        &self,
+        name: &str,
+        offset: Option<u64>,
+    ) -> Result<(SnapshotRef, Bytes), EngineError>;
+
+    /// The latest snapshot and the messages after it (at most `max_bytes`).
+    fn bootstrap(&self, name: &str, max_bytes: u64) -> Result<Bootstrap, EngineError>;
+}
+
+/// A bootstrap with its bytes: the snapshot (if any) and the tail after it
+/// as stored (JSON streams: `m1,m2,`).
+#[derive(Debug, Clone)]
+pub struct Bootstrap {
+    pub plan: BootstrapPlan,
+    pub snapshot: Option<Bytes>,
+    pub tail: Bytes,
 }

@@ -14,13 +14,14 @@ use std::sync::{Arc, RwLock};
 
 use bytes::Bytes;
 use runnel_core::{
-    Applied, Command, Entry, ReadFrom, ReadPlan, StreamId, StreamInfo, StreamsState,
+    Applied, Command, Entry, ReadFrom, ReadPlan, Slice, SnapshotRef, StreamId, StreamInfo,
+    StreamsState,
 };
 use runnel_log::{Log, LogError};
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::tail::TailNotifier;
-use crate::{now_ms, BoxFuture, EngineError, GroupEngine, ReadResult};
+use crate::{now_ms, Bootstrap, BoxFuture, EngineError, GroupEngine, ReadResult};
 
 /// The durable position of the shared log, or the error that stopped it.
 pub type DurableState = Result<u64, LogError>;
@@ -96,11 +97,6 @@ impl LocalGroup {
         self.index
     }
 
-    /// Expired streams of this group, for the sweeper.
-    pub(crate) fn expired_ids(&self, now_ms: i64) -> Vec<StreamId> {
-        self.state.read().expect("state lock").expired_ids(now_ms)
-    }
-
     /// Streams in the group (live and soft-deleted).
     pub fn stream_count(&self) -> usize {
         self.state.read().expect("state lock").stream_count()
@@ -131,20 +127,34 @@ impl LocalGroup {
     }
 
     fn fetch(&self, plan: ReadPlan) -> Result<ReadResult, EngineError> {
-        let total = plan.byte_len() as usize;
-        let mut body = vec![0u8; total];
+        let body = self.copy_slices(&plan.slices)?;
+        Ok(ReadResult { plan, body })
+    }
+
+    fn copy_slices(&self, slices: &[Slice]) -> Result<Bytes, EngineError> {
+        let total: u64 = slices.iter().map(|s| s.len).sum();
+        let mut body = vec![0u8; total as usize];
         let mut at = 0;
-        for slice in &plan.slices {
+        for slice in slices {
             let end = at + slice.len as usize;
             self.log
                 .read_at(slice.loc, &mut body[at..end])
                 .map_err(EngineError::Storage)?;
             at = end;
         }
-        Ok(ReadResult {
-            plan,
-            body: Bytes::from(body),
-        })
+        Ok(Bytes::from(body))
+    }
+
+    fn snapshot_bytes(&self, snapshot: &SnapshotRef) -> Result<Bytes, EngineError> {
+        self.copy_slices(&[Slice {
+            loc: snapshot.loc,
+            len: snapshot.len,
+        }])
+    }
+
+    /// State under a shared lock, for the background tasks.
+    pub(crate) fn with_state<T>(&self, f: impl FnOnce(&StreamsState) -> T) -> T {
+        f(&self.state.read().expect("state lock"))
     }
 }
 
@@ -211,6 +221,39 @@ impl GroupEngine for LocalGroup {
 
     fn subscribe(&self, id: StreamId) -> watch::Receiver<u64> {
         self.tails.subscribe(id)
+    }
+
+    fn snapshot(
+        &self,
+        name: &str,
+        offset: Option<u64>,
+    ) -> Result<(SnapshotRef, Bytes), EngineError> {
+        let snapshot = self
+            .state
+            .read()
+            .expect("state lock")
+            .snapshot(name, offset, now_ms())?;
+        let bytes = self.snapshot_bytes(&snapshot)?;
+        Ok((snapshot, bytes))
+    }
+
+    fn bootstrap(&self, name: &str, max_bytes: u64) -> Result<Bootstrap, EngineError> {
+        let plan =
+            self.state
+                .read()
+                .expect("state lock")
+                .plan_bootstrap(name, max_bytes, now_ms())?;
+        let snapshot = plan
+            .snapshot
+            .as_ref()
+            .map(|s| self.snapshot_bytes(s))
+            .transpose()?;
+        let tail = self.copy_slices(&plan.tail.slices)?;
+        Ok(Bootstrap {
+            plan,
+            snapshot,
+            tail,
+        })
     }
 }
 

@@ -1,6 +1,6 @@
 //! A node: its data directory, its shared log, its groups, the routing of
-//! stream names to groups, and the background sweeper that expires
-//! streams.
+//! stream names to groups, and the background upkeep (expiry, retention,
+//! compaction; see [`crate::history`]).
 //!
 //! Data directory layout:
 //!
@@ -20,6 +20,7 @@ use runnel_core::{Applied, Command, Entry, ReadFrom, StreamInfo, StreamsState};
 use runnel_log::{Log, LogError, LogOptions, SyncMode};
 use tokio::sync::watch;
 
+use crate::history::{self, CompactionPolicy};
 use crate::local::{DurableState, GroupLimits, LocalGroup};
 use crate::{now_ms, EngineError, GroupEngine, ReadResult};
 
@@ -37,8 +38,9 @@ pub struct EngineConfig {
     pub max_record_bytes: u32,
     pub max_pending_proposals: usize,
     pub max_inflight_bytes: u64,
-    /// How often expired streams are swept.
+    /// How often expiry, retention and compaction run.
     pub sweep_interval: Duration,
+    pub compaction: CompactionPolicy,
 }
 
 impl EngineConfig {
@@ -52,6 +54,11 @@ impl EngineConfig {
             max_pending_proposals: 65_536,
             max_inflight_bytes: 512 << 20,
             sweep_interval: Duration::from_millis(500),
+            compaction: CompactionPolicy {
+                min_bytes: 64 << 10,
+                idle: Duration::from_secs(1),
+                max_snapshot_bytes: 128 << 20,
+            },
         }
     }
 }
@@ -144,7 +151,11 @@ impl Node {
             groups = groups.len(),
             "recovered"
         );
-        let sweeper = tokio::spawn(sweep(groups.clone(), config.sweep_interval));
+        let sweeper = tokio::spawn(history::upkeep(
+            groups.clone(),
+            config.sweep_interval,
+            config.compaction,
+        ));
         Ok(Arc::new(Node {
             groups,
             log,
@@ -226,29 +237,6 @@ fn replay(states: &mut [StreamsState], payload_pos: u64, payload: &[u8]) -> Resu
     // reaches the same refusals and needs no answer.
     let _ = state.apply(&entry, data_len, data_loc);
     Ok(())
-}
-
-/// Proposes the expiry of streams whose TTL or expiry passed.
-async fn sweep(groups: Vec<Arc<LocalGroup>>, interval: Duration) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    loop {
-        ticker.tick().await;
-        for group in &groups {
-            let now = now_ms();
-            let ids = group.expired_ids(now);
-            if ids.is_empty() {
-                continue;
-            }
-            let entry = Entry {
-                now_ms: now,
-                command: Command::Expire { ids },
-            };
-            if let Err(err) = group.submit(entry).await {
-                tracing::warn!(group = group.index(), error = %err, "expiry sweep failed");
-            }
-        }
-    }
 }
 
 fn check_meta(dir: &Path, groups: u32) -> Result<(), OpenError> {

@@ -16,6 +16,8 @@ fn create(name: &str) -> Command {
         closed: false,
         fork: None,
         body: Body::default(),
+        compaction: false,
+        retention: Default::default(),
     })
 }
 

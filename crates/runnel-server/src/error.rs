@@ -129,6 +129,16 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         | CoreError::OffsetBeyondTail
         | CoreError::OffsetNotOnBoundary => StatusCode::BAD_REQUEST,
         CoreError::StreamFull => StatusCode::INSUFFICIENT_STORAGE,
+        CoreError::Trimmed { earliest } => {
+            headers.insert(
+                names::STREAM_EARLIEST_OFFSET,
+                HeaderValue::from_str(&earliest.to_string()).expect("offsets are header-safe"),
+            );
+            StatusCode::GONE
+        }
+        CoreError::SnapshotConflict => StatusCode::CONFLICT,
+        CoreError::SnapshotNotFound => StatusCode::NOT_FOUND,
+        CoreError::SnapshotOffsetInvalid | CoreError::TrimOffsetInvalid => StatusCode::BAD_REQUEST,
     }
 }
 

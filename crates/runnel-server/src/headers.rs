@@ -20,6 +20,11 @@ pub mod names {
     pub const STREAM_FORK_OFFSET: &str = "stream-fork-offset";
     pub const STREAM_FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
     pub const STREAM_SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
+    pub const STREAM_SNAPSHOT_OFFSET: &str = "stream-snapshot-offset";
+    pub const STREAM_EARLIEST_OFFSET: &str = "stream-earliest-offset";
+    pub const STREAM_COMPACTION: &str = "stream-compaction";
+    pub const STREAM_RETENTION_BYTES: &str = "stream-retention-bytes";
+    pub const STREAM_RETENTION_AGE: &str = "stream-retention-age";
     pub const PRODUCER_ID: &str = "producer-id";
     pub const PRODUCER_EPOCH: &str = "producer-epoch";
     pub const PRODUCER_SEQ: &str = "producer-seq";
@@ -29,7 +34,8 @@ pub mod names {
     /// Response headers a browser client may read (CORS expose list).
     pub const EXPOSED: &str =
         "stream-next-offset, stream-up-to-date, stream-cursor, stream-closed, \
-        stream-ttl, stream-expires-at, stream-sse-data-encoding, producer-epoch, producer-seq, \
+        stream-ttl, stream-expires-at, stream-sse-data-encoding, stream-snapshot-offset, \
+        stream-earliest-offset, producer-epoch, producer-seq, \
         producer-expected-seq, producer-received-seq, etag, location, content-type, retry-after";
 }
 

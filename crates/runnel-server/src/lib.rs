@@ -29,6 +29,10 @@ pub struct ServerConfig {
     pub max_append_bytes: u64,
     /// Most bytes one read response (or one SSE data event) carries.
     pub max_read_bytes: u64,
+    /// Largest snapshot body; larger get 413.
+    pub max_snapshot_bytes: u64,
+    /// Most message bytes after the snapshot in one bootstrap response.
+    pub max_bootstrap_bytes: u64,
     /// Interval of SSE keepalive comments.
     pub sse_keepalive: Duration,
     /// An SSE connection is closed after this long; clients resume from
@@ -50,6 +54,8 @@ impl Default for ServerConfig {
             long_poll_timeout: Duration::from_secs(30),
             max_append_bytes: 64 << 20,
             max_read_bytes: 1 << 20,
+            max_snapshot_bytes: 128 << 20,
+            max_bootstrap_bytes: 64 << 20,
             sse_keepalive: Duration::from_secs(15),
             sse_max_duration: Duration::from_secs(60),
             write_stall_timeout: Duration::from_secs(10),

@@ -6,7 +6,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode};
 use runnel_core::json::frame_json_body;
 use runnel_core::offset::parse_offset;
-use runnel_core::{Applied, Body, Command, ContentKind, CreateStream, ForkFrom};
+use runnel_core::{Applied, Body, Command, ContentKind, CreateStream, ForkFrom, Retention};
 
 use super::{body_bytes, head::metadata_headers, header_value};
 use crate::error::ApiError;
@@ -26,6 +26,23 @@ pub async fn put(app: AppState, name: String, request: Request) -> Result<Respon
     }
     let closed = headers::closed(h)?;
     let fork = fork_request(h)?;
+    let compaction = match headers::text(h, names::STREAM_COMPACTION)? {
+        None => false,
+        Some(v) if v.eq_ignore_ascii_case("state") => true,
+        Some(v) => {
+            return Err(ApiError::bad(format!(
+                "Stream-Compaction must be \"state\" (State Protocol compaction); got {v:?}"
+            )))
+        }
+    };
+    let retention = Retention {
+        max_bytes: headers::text(h, names::STREAM_RETENTION_BYTES)?
+            .map(|v| headers::strict_integer(v, "Stream-Retention-Bytes"))
+            .transpose()?,
+        max_age_secs: headers::text(h, names::STREAM_RETENTION_AGE)?
+            .map(|v| headers::strict_integer(v, "Stream-Retention-Age"))
+            .transpose()?,
+    };
     let data = body_bytes(&app, body).await?;
 
     // The body is framed by the stream's content type: the request's, or
@@ -60,6 +77,8 @@ pub async fn put(app: AppState, name: String, request: Request) -> Result<Respon
         closed,
         fork,
         body,
+        compaction,
+        retention,
     });
     let Applied::Created { stream, created } = app.node.propose(command).await? else {
         unreachable!("a create answers Created");

@@ -1,11 +1,14 @@
-//! Request handlers, one module per operation. [`stream`] dispatches a
-//! request on `/v1/stream/{name}` by method.
+//! Request handlers, one module per operation. [`stream`] routes a
+//! request on `/v1/stream/...` to a stream or to one of its reserved
+//! sub-resources (`$snapshot`, `$bootstrap`, `$retention`), then by method.
 
 mod append;
+mod bootstrap;
 mod create;
 mod delete;
 mod head;
 mod read;
+mod snapshot;
 mod sse;
 
 pub use sse::RenderCache as SseRenderCache;
@@ -21,21 +24,74 @@ use crate::headers;
 use crate::AppState;
 
 pub async fn stream(State(app): State<AppState>, request: Request) -> Response {
-    let result = match headers::stream_name(request.uri().path()) {
-        Ok(name) => dispatch(app, name, request).await,
+    let result = match headers::stream_name(request.uri().path()).and_then(|name| Target::of(&name))
+    {
+        Ok(target) => dispatch(app, target, request).await,
         Err(e) => Err(e),
     };
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-async fn dispatch(app: AppState, name: String, request: Request) -> Result<Response, ApiError> {
-    match request.method().clone() {
-        Method::GET => read::get(app, name, request).await,
-        Method::HEAD => head::head(app, name),
-        Method::PUT => create::put(app, name, request).await,
-        Method::POST => append::post(app, name, request).await,
-        Method::DELETE => delete::delete(app, name).await,
-        _ => Err(ApiError::MethodNotAllowed),
+/// What a request path names. Path segments starting with `$` are
+/// reserved for sub-resources, so no stream name can collide with them.
+#[derive(Debug, PartialEq, Eq)]
+enum Target {
+    Stream(String),
+    /// `{stream}/$snapshot` (latest) or `{stream}/$snapshot/{offset}`.
+    Snapshot(String, Option<String>),
+    /// `{stream}/$bootstrap`.
+    Bootstrap(String),
+    /// `{stream}/$retention/{offset}`.
+    Retention(String, String),
+}
+
+impl Target {
+    fn of(name: &str) -> Result<Target, ApiError> {
+        let segments: Vec<&str> = name.split('/').collect();
+        let stream = |n: usize| segments[..segments.len() - n].join("/");
+        let target = match segments.as_slice() {
+            [.., "$bootstrap"] if segments.len() > 1 => Target::Bootstrap(stream(1)),
+            [.., "$snapshot"] if segments.len() > 1 => Target::Snapshot(stream(1), None),
+            [.., "$snapshot", offset] if segments.len() > 2 => {
+                Target::Snapshot(stream(2), Some(offset.to_string()))
+            }
+            [.., "$retention", offset] if segments.len() > 2 => {
+                Target::Retention(stream(2), offset.to_string())
+            }
+            _ => Target::Stream(name.to_string()),
+        };
+        let stream_name = match &target {
+            Target::Stream(n)
+            | Target::Snapshot(n, _)
+            | Target::Bootstrap(n)
+            | Target::Retention(n, _) => n,
+        };
+        if stream_name.split('/').any(|s| s.starts_with('$')) {
+            return Err(ApiError::bad(
+                "path segments starting with $ are reserved ($snapshot, $bootstrap, $retention)",
+            ));
+        }
+        Ok(target)
+    }
+}
+
+async fn dispatch(app: AppState, target: Target, request: Request) -> Result<Response, ApiError> {
+    let method = request.method().clone();
+    match target {
+        Target::Stream(name) => match method {
+            Method::GET => read::get(app, name, request).await,
+            Method::HEAD => head::head(app, name),
+            Method::PUT => create::put(app, name, request).await,
+            Method::POST => append::post(app, name, request).await,
+            Method::DELETE => delete::delete(app, name).await,
+            _ => Err(ApiError::MethodNotAllowed),
+        },
+        Target::Snapshot(name, offset) => snapshot::handle(app, name, offset, request).await,
+        Target::Bootstrap(name) if method == Method::GET => bootstrap::get(app, name),
+        Target::Retention(name, offset) if method == Method::PUT => {
+            snapshot::trim(app, name, offset).await
+        }
+        Target::Bootstrap(_) | Target::Retention(..) => Err(ApiError::MethodNotAllowed),
     }
 }
 
@@ -43,9 +99,13 @@ pub async fn not_found() -> Response {
     ApiError::NotFound.into_response()
 }
 
-/// Reads a request body up to the configured limit.
+/// Reads a request body up to the configured append limit.
 async fn body_bytes(app: &AppState, body: Body) -> Result<Bytes, ApiError> {
-    let limit = app.config.max_append_bytes;
+    body_bytes_up_to(app.config.max_append_bytes, body).await
+}
+
+/// Reads a request body up to `limit` bytes (413 past it).
+async fn body_bytes_up_to(limit: u64, body: Body) -> Result<Bytes, ApiError> {
     axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX))
         .await
         .map_err(|e| {

@@ -1,0 +1,267 @@
+//! `runnel bench log`: the append log alone, without HTTP. W writer
+//! threads append fixed-size records and wait for each acknowledgement;
+//! reported per engine: appends/s, MB/s and ack latency.
+//!
+//! Engines: `runnel` (runnel-log with group commit, or `runnel-nosync`),
+//! and behind the `walrus` cargo feature `walrus-sync-each`,
+//! `walrus-200ms` and `walrus-nofsync` (walrus-rust 0.2.0's fsync
+//! schedules). Each engine writes into its own fresh directory.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use runnel_log::{Log, LogOptions, SyncMode};
+
+use crate::stats::Latency;
+use crate::BenchError;
+
+#[derive(clap::Args, Debug, Clone)]
+pub struct Args {
+    /// Engines to run, comma separated (runnel, runnel-nosync, and with
+    /// the walrus feature walrus-sync-each, walrus-200ms, walrus-nofsync).
+    #[arg(long, default_value = "runnel")]
+    pub engines: String,
+    /// Writer thread counts, comma separated.
+    #[arg(long, default_value = "1,16,64,256")]
+    pub writers: String,
+    /// Record sizes in bytes, comma separated.
+    #[arg(long, default_value = "256,1024")]
+    pub record_bytes: String,
+    #[arg(long, default_value_t = 5.0)]
+    pub duration_secs: f64,
+    /// Where the engines write (a fresh subdirectory per run).
+    #[arg(long, default_value = "runnel-logbench")]
+    pub dir: PathBuf,
+    /// Write all results as JSON lines to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// One measured configuration.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LogResult {
+    pub engine: String,
+    pub writers: usize,
+    pub record_bytes: usize,
+    pub appends_per_sec: f64,
+    pub mb_per_sec: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    pub p999_ms: f64,
+}
+
+/// A write-ahead log under test: `append` returns once the record is
+/// acknowledged as the engine defines it.
+trait Engine: Send + Sync {
+    fn append(&self, writer: usize, record: &[u8]) -> Result<(), String>;
+}
+
+pub fn run(args: Args) -> Result<(), BenchError> {
+    let parse = |list: &str, what: &str| -> Result<Vec<usize>, BenchError> {
+        list.split(',')
+            .map(|v| {
+                v.trim()
+                    .parse::<usize>()
+                    .map_err(|_| BenchError::Usage(format!("{what}: {v:?} is not a number")))
+            })
+            .collect()
+    };
+    let writers = parse(&args.writers, "--writers")?;
+    let sizes = parse(&args.record_bytes, "--record-bytes")?;
+    let mut results = Vec::new();
+    println!("| engine | writers | record B | appends/s | MB/s | p50 ms | p99 ms | p99.9 ms |");
+    println!("|---|---|---|---|---|---|---|---|");
+    for engine_name in args.engines.split(',').map(str::trim) {
+        for &size in &sizes {
+            for &w in &writers {
+                let dir = args.dir.join(format!("{engine_name}-{w}-{size}"));
+                let _ = std::fs::remove_dir_all(&dir);
+                std::fs::create_dir_all(&dir)?;
+                let engine = open_engine(engine_name, &dir)?;
+                let r = measure(
+                    engine_name,
+                    engine.as_ref(),
+                    w,
+                    size,
+                    Duration::from_secs_f64(args.duration_secs),
+                );
+                println!(
+                    "| {} | {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} |",
+                    r.engine,
+                    r.writers,
+                    r.record_bytes,
+                    r.appends_per_sec,
+                    r.mb_per_sec,
+                    r.p50_ms,
+                    r.p99_ms,
+                    r.p999_ms
+                );
+                results.push(r);
+                drop(engine);
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+        }
+    }
+    if let Some(path) = &args.json {
+        let lines: Vec<String> = results
+            .iter()
+            .map(|r| serde_json::to_string(r).expect("serializes"))
+            .collect();
+        std::fs::write(path, lines.join("\n") + "\n")?;
+    }
+    Ok(())
+}
+
+fn measure(
+    name: &str,
+    engine: &dyn Engine,
+    writers: usize,
+    size: usize,
+    duration: Duration,
+) -> LogResult {
+    let stop = AtomicBool::new(false);
+    let record = vec![0x5au8; size];
+    let start = Instant::now();
+    let latencies: Vec<(Latency, u64)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..writers)
+            .map(|w| {
+                let (stop, record) = (&stop, &record);
+                scope.spawn(move || {
+                    let mut latency = Latency::default();
+                    let mut count = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let t = Instant::now();
+                        if engine.append(w, record).is_err() {
+                            break;
+                        }
+                        latency.record(t.elapsed());
+                        count += 1;
+                    }
+                    (latency, count)
+                })
+            })
+            .collect();
+        std::thread::sleep(duration);
+        stop.store(true, Ordering::Relaxed);
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("writer thread"))
+            .collect()
+    });
+    let elapsed = start.elapsed().as_secs_f64();
+    let mut all = Latency::default();
+    let mut total = 0;
+    for (l, c) in &latencies {
+        all.merge(l);
+        total += c;
+    }
+    let s = all.summary();
+    LogResult {
+        engine: name.to_string(),
+        writers,
+        record_bytes: size,
+        appends_per_sec: total as f64 / elapsed,
+        mb_per_sec: total as f64 * size as f64 / elapsed / 1e6,
+        p50_ms: s.p50_ms,
+        p99_ms: s.p99_ms,
+        p999_ms: s.p999_ms,
+    }
+}
+
+fn open_engine(name: &str, dir: &Path) -> Result<Box<dyn Engine>, BenchError> {
+    match name {
+        "runnel" => Ok(Box::new(RunnelLog::open(dir, SyncMode::Batch)?)),
+        "runnel-nosync" => Ok(Box::new(RunnelLog::open(dir, SyncMode::Never)?)),
+        #[cfg(feature = "walrus")]
+        "walrus-sync-each" | "walrus-200ms" | "walrus-nofsync" => {
+            Ok(Box::new(walrus::WalrusLog::open(name, dir)?))
+        }
+        other => Err(BenchError::Usage(format!(
+            "unknown log engine {other:?} (walrus-* need the walrus feature)"
+        ))),
+    }
+}
+
+/// runnel-log: append, then wait for the committer's durable position.
+struct RunnelLog {
+    log: Log,
+    durable: Arc<(Mutex<u64>, Condvar)>,
+}
+
+impl RunnelLog {
+    fn open(dir: &Path, sync: SyncMode) -> Result<RunnelLog, BenchError> {
+        let durable = Arc::new((Mutex::new(0u64), Condvar::new()));
+        let signal = Arc::clone(&durable);
+        let listener = Box::new(move |status: Result<u64, runnel_log::LogError>| {
+            let (lock, cvar) = &*signal;
+            if let Ok(position) = status {
+                *lock.lock().expect("durable lock") = position;
+            }
+            cvar.notify_all();
+        });
+        let options = LogOptions {
+            sync,
+            ..LogOptions::default()
+        };
+        let log = Log::open(dir, options, listener, |_| Ok(()))
+            .map_err(|e| BenchError::Setup(e.to_string()))?;
+        Ok(RunnelLog { log, durable })
+    }
+}
+
+impl Engine for RunnelLog {
+    fn append(&self, _writer: usize, record: &[u8]) -> Result<(), String> {
+        let at = self.log.append(record).map_err(|e| e.to_string())?;
+        let (lock, cvar) = &*self.durable;
+        let mut durable = lock.lock().expect("durable lock");
+        while *durable < at.end {
+            durable = cvar.wait(durable).expect("durable lock");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(feature = "walrus")]
+mod walrus {
+    use super::*;
+    use walrus_rust::{FsyncSchedule, ReadConsistency, Walrus};
+
+    /// walrus-rust, one topic per writer (its unit of ordering).
+    pub struct WalrusLog {
+        wal: Walrus,
+        topics: Vec<String>,
+    }
+
+    impl WalrusLog {
+        pub fn open(name: &str, dir: &Path) -> Result<WalrusLog, BenchError> {
+            let schedule = match name {
+                "walrus-sync-each" => FsyncSchedule::SyncEach,
+                "walrus-200ms" => FsyncSchedule::Milliseconds(200),
+                _ => FsyncSchedule::NoFsync,
+            };
+            // walrus writes under WALRUS_DATA_DIR (default ./wal_files).
+            std::env::set_var("WALRUS_DATA_DIR", dir);
+            std::env::set_var("WALRUS_QUIET", "1");
+            let wal = Walrus::with_consistency_and_schedule_for_key(
+                &format!("bench-{}", std::process::id()),
+                ReadConsistency::StrictlyAtOnce,
+                schedule,
+            )
+            .map_err(|e| BenchError::Setup(e.to_string()))?;
+            Ok(WalrusLog {
+                wal,
+                topics: (0..1024).map(|i| format!("t{i}")).collect(),
+            })
+        }
+    }
+
+    impl Engine for WalrusLog {
+        fn append(&self, writer: usize, record: &[u8]) -> Result<(), String> {
+            self.wal
+                .append_for_topic(&self.topics[writer % self.topics.len()], record)
+                .map_err(|e| e.to_string())
+        }
+    }
+}

@@ -1,0 +1,128 @@
+//! Snapshots (`{stream}/$snapshot[/{offset}]`) and explicit trimming
+//! (`{stream}/$retention/{offset}`).
+//!
+//! - `PUT .../$snapshot/{offset}` stores the body as the stream's state at
+//!   that offset: 201, or 200 for an identical retry, 409 for different
+//!   bytes at the same offset.
+//! - `GET .../$snapshot` (latest) or `.../$snapshot/{offset}`: the bytes,
+//!   their `Content-Type` and `Stream-Snapshot-Offset`.
+//! - `DELETE .../$snapshot/{offset}`: 204.
+//! - `PUT .../$retention/{offset}`: drop history before the offset; reads
+//!   there answer 410 with `Stream-Earliest-Offset`.
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use runnel_core::offset::parse_offset;
+use runnel_core::{Applied, Body, Command, PutSnapshot};
+use sha2::{Digest, Sha256};
+
+use super::{body_bytes_up_to, header_value};
+use crate::error::ApiError;
+use crate::headers::{self, names};
+use crate::AppState;
+
+pub async fn handle(
+    app: AppState,
+    name: String,
+    offset: Option<String>,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let offset = offset
+        .map(|o| parse_offset(&o).map_err(|e| ApiError::bad(format!("snapshot offset: {e}"))))
+        .transpose()?;
+    match (request.method().clone(), offset) {
+        (Method::GET, offset) => get(&app, &name, offset.map(|o| o.position())),
+        (Method::PUT, Some(offset)) => put(app, name, offset.position(), request).await,
+        (Method::DELETE, Some(offset)) => {
+            app.node
+                .propose(Command::DeleteSnapshot {
+                    name,
+                    offset: offset.position(),
+                })
+                .await?;
+            Ok(StatusCode::NO_CONTENT.into_response())
+        }
+        (Method::PUT | Method::DELETE, None) => Err(ApiError::bad(
+            "name the snapshot's offset: .../$snapshot/{offset}",
+        )),
+        _ => Err(ApiError::MethodNotAllowed),
+    }
+}
+
+fn get(app: &AppState, name: &str, offset: Option<u64>) -> Result<Response, ApiError> {
+    let (snapshot, bytes) = app.node.engine_for(name).snapshot(name, offset)?;
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        header_value(&snapshot.content_type),
+    );
+    headers.insert(
+        names::STREAM_SNAPSHOT_OFFSET,
+        header_value(&runnel_core::Offset(snapshot.offset).to_string()),
+    );
+    // A snapshot at an offset never changes.
+    let cache = if offset.is_some() {
+        "public, max-age=31536000, immutable"
+    } else {
+        "no-cache"
+    };
+    headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    Ok((StatusCode::OK, headers, bytes).into_response())
+}
+
+async fn put(
+    app: AppState,
+    name: String,
+    offset: u64,
+    request: Request,
+) -> Result<Response, ApiError> {
+    let (parts, body) = request.into_parts();
+    let content_type = headers::text(&parts.headers, http::header::CONTENT_TYPE.as_str())?
+        .filter(|ct| !ct.is_empty())
+        .unwrap_or("application/octet-stream")
+        .to_string();
+    let data = body_bytes_up_to(app.config.max_snapshot_bytes, body).await?;
+    let digest: [u8; 32] = Sha256::digest(&data).into();
+    let command = Command::PutSnapshot(PutSnapshot {
+        name,
+        offset,
+        content_type,
+        digest,
+        server_made: false,
+        body: Body {
+            data: data.to_vec(),
+            message_ends: Vec::new(),
+        },
+    });
+    let Applied::SnapshotStored { offset, created } = app.node.propose(command).await? else {
+        unreachable!("a snapshot answers SnapshotStored");
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        names::STREAM_SNAPSHOT_OFFSET,
+        header_value(&offset.to_string()),
+    );
+    let status = if created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, headers).into_response())
+}
+
+pub async fn trim(app: AppState, name: String, offset: String) -> Result<Response, ApiError> {
+    let before = parse_offset(&offset)
+        .map_err(|e| ApiError::bad(format!("retention offset: {e}")))?
+        .position();
+    let Applied::Trimmed { earliest } = app.node.propose(Command::Trim { name, before }).await?
+    else {
+        unreachable!("a trim answers Trimmed");
+    };
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        names::STREAM_EARLIEST_OFFSET,
+        header_value(&earliest.to_string()),
+    );
+    Ok((StatusCode::NO_CONTENT, headers).into_response())
+}
