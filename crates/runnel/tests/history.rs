@@ -226,7 +226,7 @@ async fn state_protocol_streams_bootstrap_from_a_compacted_snapshot() {
             .map(|i| {
                 let n = batch * BATCH + i;
                 let key = n % KEYS;
-                let op = if n < KEYS { "insert" } else if n % 97 == 0 { "delete" } else { "update" };
+                let op = if n < KEYS { "insert" } else if n.is_multiple_of(97) { "delete" } else { "update" };
                 format!(
                     r#"{{"type":"item","key":"k{key}","value":{{"n":{n},"label":"item number {key}"}},"headers":{{"operation":"{op}"}}}}"#
                 )
