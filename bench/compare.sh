@@ -108,6 +108,15 @@ for system in $SYSTEMS; do
     data=$(mktemp -d); start_system "$system" "$data/db"
     bench replay --clients "$size" --pre-events 200 --event-bytes 1024 --label "$system" --json "$OUT/replay-$system-$size.json"
     stop_system; rm -rf "$data"
+    # The same reconnect storm over State Protocol events (200 updates of
+    # 10 keys per stream): Runnel serves its compacted bootstrap, peers
+    # without one replay the whole stream.
+    data=$(mktemp -d); start_system "$system" "$data/db"
+    boot=""; [ "$system" = runnel ] && boot="--bootstrap --settle-secs 3"
+    # shellcheck disable=SC2086
+    bench replay --clients "$size" --pre-events 200 --event-bytes 1024 --state-keys 10 $boot --label "$system" \
+      --json "$OUT/replay-state-$system-$size.json"
+    stop_system; rm -rf "$data"
   done
 done
 

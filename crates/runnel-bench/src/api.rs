@@ -90,6 +90,17 @@ impl ApiStyle {
         name: &str,
         content_type: &str,
     ) -> Result<(), BenchError> {
+        self.create_stream_with(conn, name, content_type, &[]).await
+    }
+
+    /// Creates one stream with extra creation headers (ignored by S2).
+    pub async fn create_stream_with(
+        self,
+        conn: &mut Connection,
+        name: &str,
+        content_type: &str,
+        extra: &[(&'static str, String)],
+    ) -> Result<(), BenchError> {
         let call = match self {
             ApiStyle::S2 => Call {
                 method: Method::POST,
@@ -100,7 +111,10 @@ impl ApiStyle {
             _ => Call {
                 method: Method::PUT,
                 path: self.stream_path(name),
-                headers: vec![("content-type", content_type.to_string())],
+                headers: [("content-type", content_type.to_string())]
+                    .into_iter()
+                    .chain(extra.iter().cloned())
+                    .collect(),
                 body: Bytes::new(),
             },
         };
@@ -161,11 +175,17 @@ impl ApiStyle {
         }
     }
 
-    /// Ursula's one-request replay; others replay with catch-up reads.
+    /// The one-request replay (snapshot plus tail) of servers that have
+    /// one: Runnel's `$bootstrap`, Ursula's `/bootstrap`.
     pub fn bootstrap(self, name: &str) -> Option<Call> {
-        (self == ApiStyle::Ursula).then(|| Call {
+        let path = match self {
+            ApiStyle::Runnel => format!("{}/$bootstrap", self.stream_path(name)),
+            ApiStyle::Ursula => format!("{}/bootstrap", self.stream_path(name)),
+            ApiStyle::Durable | ApiStyle::S2 => return None,
+        };
+        Some(Call {
             method: Method::GET,
-            path: format!("{}/bootstrap", self.stream_path(name)),
+            path,
             headers: vec![],
             body: Bytes::new(),
         })

@@ -29,6 +29,19 @@ pub struct Args {
     /// One stream per client (true) or one shared stream (false).
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     pub per_client_stream: bool,
+    /// Events are State Protocol updates over this many keys on JSON
+    /// streams (created with `Stream-Compaction: state` where the server
+    /// supports it) instead of opaque bytes.
+    #[arg(long)]
+    pub state_keys: Option<usize>,
+    /// Fetch with the server's one-request bootstrap (runnel, ursula)
+    /// instead of catch-up reads.
+    #[arg(long)]
+    pub bootstrap: bool,
+    /// Seconds to wait between filling and replaying (lets background
+    /// compaction finish).
+    #[arg(long, default_value_t = 0.0)]
+    pub settle_secs: f64,
 }
 
 pub async fn run(args: Args) -> Result<(), BenchError> {
@@ -41,8 +54,20 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         1
     };
     let names: Vec<String> = (0..streams).map(|i| format!("rp-{run}-{i}")).collect();
-    common::create_streams(&targets, style, &names, "application/octet-stream").await?;
-    fill(&targets, style, &names, args.pre_events, args.event_bytes).await?;
+    let content_type = if args.state_keys.is_some() {
+        "application/json"
+    } else {
+        "application/octet-stream"
+    };
+    if args.state_keys.is_some() && style == ApiStyle::Runnel {
+        create_compacting(&targets, style, &names).await?;
+    } else {
+        common::create_streams(&targets, style, &names, content_type).await?;
+    }
+    fill(&targets, style, &names, &args, content_type).await?;
+    if args.settle_secs > 0.0 {
+        tokio::time::sleep(Duration::from_secs_f64(args.settle_secs)).await;
+    }
 
     let cpu_start = process_cpu_secs();
     let done = Arc::new(AtomicU64::new(0));
@@ -57,9 +82,10 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     for i in 0..args.clients {
         let target = targets[i % targets.len()].clone();
         let name = names[i % names.len()].clone();
-        let (done, pre_events) = (Arc::clone(&done), args.pre_events as u64);
+        let (done, pre_events, bootstrap) =
+            (Arc::clone(&done), args.pre_events as u64, args.bootstrap);
         tasks.push(tokio::spawn(async move {
-            let result = replay_one(&target, style, &name, pre_events).await;
+            let result = replay_one(&target, style, &name, pre_events, bootstrap).await;
             done.fetch_add(1, Ordering::Relaxed);
             result.map(|bytes| (start.elapsed(), bytes))
         }));
@@ -81,13 +107,19 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     drop(progress);
     common::finish(
         &args.common,
-        "replay",
+        if args.state_keys.is_some() {
+            "replay-state"
+        } else {
+            "replay"
+        },
         args.clients as u64,
         serde_json::json!({
             "clients": args.clients,
             "pre_events": args.pre_events,
             "event_bytes": args.event_bytes,
             "per_client_stream": args.per_client_stream,
+            "state_keys": args.state_keys,
+            "bootstrap": args.bootstrap,
             "bytes_per_client": bytes.checked_div(counts.ok).unwrap_or(0),
         }),
         elapsed,
@@ -100,26 +132,65 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     Ok(())
 }
 
-/// Fills every stream with `events` appends, 32 streams at a time.
+/// Creates JSON streams that Runnel compacts as State Protocol streams.
+async fn create_compacting(
+    targets: &[Target],
+    style: ApiStyle,
+    names: &[String],
+) -> Result<(), BenchError> {
+    let mut conn = Connection::open(&targets[0]).await?;
+    for name in names {
+        style
+            .create_stream_with(
+                &mut conn,
+                name,
+                "application/json",
+                &[("stream-compaction", "state".to_string())],
+            )
+            .await?;
+    }
+    Ok(())
+}
+
+/// The `i`-th event: opaque bytes, or a State Protocol update of one of
+/// `keys` keys, padded to `bytes`.
+fn event(i: usize, bytes: usize, keys: Option<usize>) -> Bytes {
+    match keys {
+        None => Bytes::from(common::padded_payload("replay-event ", bytes)),
+        Some(keys) => {
+            let head = format!(
+                r#"{{"type":"item","key":"k{}","headers":{{"operation":"update"}},"value":{{"n":{i},"pad":""#,
+                i % keys.max(1)
+            );
+            let pad = bytes.saturating_sub(head.len() + 3).max(1);
+            Bytes::from(format!("{head}{}\"}}}}", "x".repeat(pad)))
+        }
+    }
+}
+
+/// Fills every stream with the pre-events, 32 streams at a time.
 async fn fill(
     targets: &[Target],
     style: ApiStyle,
     names: &[String],
-    events: usize,
-    bytes: usize,
+    args: &Args,
+    content_type: &str,
 ) -> Result<(), BenchError> {
     let parallel = 32.min(names.len());
-    let payload = Bytes::from(common::padded_payload("replay-event ", bytes));
+    let (events, bytes, keys) = (args.pre_events, args.event_bytes, args.state_keys);
     let mut tasks = Vec::new();
     for lane in 0..parallel {
         let mine: Vec<String> = names.iter().skip(lane).step_by(parallel).cloned().collect();
-        let (target, payload) = (targets[lane % targets.len()].clone(), payload.clone());
+        let (target, content_type) = (
+            targets[lane % targets.len()].clone(),
+            content_type.to_string(),
+        );
         tasks.push(tokio::spawn(async move {
             let mut conn = Connection::open(&target).await?;
             for name in mine {
-                for _ in 0..events {
+                for i in 0..events {
                     let reply = style
-                        .append(&name, "application/octet-stream", payload.clone())
+                        .append(&name, &content_type, event(i, bytes, keys))
                         .send(&mut conn)
                         .await?;
                     if !reply.status.is_success() {
@@ -145,9 +216,10 @@ async fn replay_one(
     style: ApiStyle,
     name: &str,
     pre_events: u64,
+    bootstrap: bool,
 ) -> Result<u64, BenchError> {
     let mut conn = Connection::open(target).await?;
-    if let Some(call) = style.bootstrap(name) {
+    if let Some(call) = style.bootstrap(name).filter(|_| bootstrap) {
         let reply = call.send(&mut conn).await?;
         if !reply.status.is_success() {
             return Err(BenchError::Http(format!("bootstrap: {}", reply.status)));

@@ -61,7 +61,7 @@ pub fn run(args: Args) -> Result<(), BenchError> {
         rows.push(row);
     }
     std::fs::create_dir_all(&args.out)?;
-    let charts: [Chart; 4] = [
+    let charts: [Chart; 5] = [
         (
             "multi-stream",
             "appends/s",
@@ -85,6 +85,12 @@ pub fn run(args: Args) -> Result<(), BenchError> {
             "p99 time to full state (ms)",
             |r| r.latency.p99_ms,
             "replay-p99.svg",
+        ),
+        (
+            "replay-state",
+            "p99 time to full state (ms)",
+            |r| r.latency.p99_ms,
+            "replay-state-p99.svg",
         ),
     ];
     for (workload, y_label, value, file) in charts {

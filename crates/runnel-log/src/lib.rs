@@ -15,6 +15,8 @@
 mod frame;
 mod segment;
 
+use segment::Segment;
+
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io;
@@ -151,7 +153,7 @@ struct Shared {
     pending: Mutex<Pending>,
     wake_committer: Condvar,
     /// Segment base -> read handle.
-    segments: RwLock<BTreeMap<u64, Arc<File>>>,
+    segments: RwLock<BTreeMap<u64, Arc<Segment>>>,
     durable: AtomicU64,
     listener: DurabilityListener,
 }
@@ -201,13 +203,19 @@ impl Log {
                     .map_err(|e| LogError::io("truncating a torn segment", e))?;
                 cut = true;
             }
-            segments.insert(base, Arc::new(segment::open_rw(&path, false)?));
+            segments.insert(
+                base,
+                Arc::new(Segment::new(
+                    segment::open_rw(&path, false)?,
+                    map_len(&options),
+                )),
+            );
             end = base + scan.valid_len;
         }
         if segments.is_empty() {
             let file = segment::open_rw(&segment::path_for(dir, end), true)?;
             segment::sync_dir(dir)?;
-            segments.insert(end, Arc::new(file));
+            segments.insert(end, Arc::new(Segment::new(file, map_len(&options))));
         } else if cut {
             segment::sync_dir(dir)?;
         }
@@ -283,15 +291,16 @@ impl Log {
         if pos + buf.len() as u64 > self.durable_position() {
             return Err(LogError::OutOfRange(pos));
         }
-        let file = {
+        let (base, segment) = {
             let segments = self.shared.segments.read().expect("segments lock");
-            let (base, file) = segments
+            let (base, segment) = segments
                 .range(..=pos)
                 .next_back()
                 .ok_or(LogError::OutOfRange(pos))?;
-            (*base, Arc::clone(file))
+            (*base, Arc::clone(segment))
         };
-        segment::read_exact_at(&file.1, buf, pos - file.0)
+        segment
+            .read_exact_at(buf, pos - base)
             .map_err(|e| LogError::io("reading a record", e))
     }
 
@@ -356,6 +365,16 @@ fn commit_loop(shared: &Shared) {
     }
 }
 
+/// Address space mapped per segment: room for the segment to fill past
+/// its roll size with the batch that crosses it. Reads past the mapping
+/// fall back to `pread`.
+fn map_len(options: &LogOptions) -> u64 {
+    options
+        .segment_bytes
+        .saturating_mul(2)
+        .saturating_add(u64::from(options.max_record_bytes))
+}
+
 fn fail(shared: &Shared, err: LogError) {
     tracing::error!(error = %err, "log failed; it accepts no more appends until the process restarts");
     let err = Arc::new(err);
@@ -373,14 +392,15 @@ struct ActiveSegment {
 impl ActiveSegment {
     fn open_last(shared: &Shared) -> Result<ActiveSegment, LogError> {
         let segments = shared.segments.read().expect("segments lock");
-        let (base, file) = segments.iter().next_back().expect("a log has a segment");
-        let len = file
+        let (base, segment) = segments.iter().next_back().expect("a log has a segment");
+        let len = segment
+            .file
             .metadata()
             .map_err(|e| LogError::io("reading segment metadata", e))?
             .len();
         Ok(ActiveSegment {
             base: *base,
-            file: Arc::clone(file),
+            file: Arc::clone(&segment.file),
             len,
         })
     }
@@ -414,16 +434,15 @@ impl ActiveSegment {
 
     fn roll(&mut self, shared: &Shared) -> Result<(), LogError> {
         let base = self.base + self.len;
-        let file = Arc::new(segment::open_rw(
-            &segment::path_for(&shared.dir, base),
-            true,
-        )?);
+        let file = segment::open_rw(&segment::path_for(&shared.dir, base), true)?;
         segment::sync_dir(&shared.dir)?;
+        let segment = Arc::new(Segment::new(file, map_len(&shared.options)));
+        let file = Arc::clone(&segment.file);
         shared
             .segments
             .write()
             .expect("segments lock")
-            .insert(base, Arc::clone(&file));
+            .insert(base, segment);
         *self = ActiveSegment { base, file, len: 0 };
         Ok(())
     }

@@ -9,6 +9,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, BufReader, Read};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use crate::frame::{self, HEADER_LEN};
 use crate::LogError;
@@ -122,10 +123,91 @@ pub fn scan(
     }
 }
 
-/// Reads exactly `buf.len()` bytes at `offset` of `file`.
-pub fn read_exact_at(file: &File, buf: &mut [u8], offset: u64) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    file.read_exact_at(buf, offset)
+/// An open segment: its file, and a read-only mapping of it so reads of
+/// durable bytes are a copy from the page cache instead of a syscall.
+pub struct Segment {
+    pub file: Arc<File>,
+    map: Option<Mapping>,
+}
+
+impl Segment {
+    /// Maps `map_len` bytes of address space over the file. The file may
+    /// be shorter (the active segment grows into the mapping); only bytes
+    /// below the durable position, which the file holds, are ever read.
+    pub fn new(file: File, map_len: u64) -> Segment {
+        let map = Mapping::new(&file, map_len);
+        if map.is_none() {
+            tracing::debug!("segment mapping failed; reads use pread");
+        }
+        Segment {
+            file: Arc::new(file),
+            map,
+        }
+    }
+
+    /// Reads exactly `buf.len()` bytes at `offset`.
+    pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if let Some(map) = &self.map {
+            if let Some(bytes) = map.get(offset, buf.len()) {
+                buf.copy_from_slice(bytes);
+                return Ok(());
+            }
+        }
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(buf, offset)
+    }
+}
+
+/// A read-only shared mapping, unmapped on drop.
+struct Mapping {
+    ptr: *const u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is read-only and the pointer is only read through
+// shared slices; the memory lives until drop.
+unsafe impl Send for Mapping {}
+unsafe impl Sync for Mapping {}
+
+impl Mapping {
+    fn new(file: &File, len: u64) -> Option<Mapping> {
+        use std::os::fd::AsRawFd;
+        let len = usize::try_from(len).ok()?;
+        // SAFETY: a fresh read-only shared mapping of a file we hold open;
+        // failure is reported as MAP_FAILED and handled.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        (ptr != libc::MAP_FAILED).then_some(Mapping {
+            ptr: ptr as *const u8,
+            len,
+        })
+    }
+
+    fn get(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let start = usize::try_from(offset).ok()?;
+        let end = start.checked_add(len)?;
+        // SAFETY: within the mapping; callers only ask for bytes the file
+        // holds (below the durable position), which never shrink while
+        // the log is open.
+        (end <= self.len).then(|| unsafe { std::slice::from_raw_parts(self.ptr.add(start), len) })
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping exactly what `new` mapped.
+        unsafe {
+            libc::munmap(self.ptr as *mut libc::c_void, self.len);
+        }
+    }
 }
 
 #[cfg(test)]
