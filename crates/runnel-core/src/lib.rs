@@ -10,6 +10,7 @@
 //! exhaustively and every replica that applies the same entries reaches
 //! the same state.
 
+pub mod checkpoint;
 mod codec;
 pub mod command;
 pub mod error;

@@ -107,7 +107,7 @@ impl ChunkView<'_> {
 pub struct StreamsState {
     pub(crate) names: HashMap<String, StreamId>,
     pub(crate) streams: HashMap<StreamId, StreamState>,
-    next_id: StreamId,
+    pub(crate) next_id: StreamId,
     /// Streams whose tail, closure or existence changed since the last
     /// [`StreamsState::take_changed`]: the engine wakes their readers.
     pub(crate) changed: Vec<StreamId>,

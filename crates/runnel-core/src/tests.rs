@@ -852,7 +852,9 @@ proptest! {
         for op in &ops {
             answers.push(h.run(to_command(op)));
         }
-        let replayed = h.replayed();
+        // Recovery from a checkpoint must equal recovery by replay.
+        let replayed = StreamsState::decode_checkpoint(&h.replayed().encode_checkpoint()).unwrap();
+        prop_assert_eq!(replayed.encode_checkpoint(), h.state.encode_checkpoint());
         let mut again = Harness { state: replayed, log: h.log.clone(), entries: vec![] };
         for n in 0..4u8 {
             let name = format!("s{n}");

@@ -14,6 +14,7 @@
 //! state); [`tail`] wakes live readers; [`history`] runs retention and
 //! State Protocol compaction in the background.
 
+mod checkpoint;
 mod clock;
 pub mod history;
 pub mod local;

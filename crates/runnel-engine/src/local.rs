@@ -58,7 +58,19 @@ pub struct LocalGroup {
     proposals: mpsc::Sender<Proposal>,
     tails: Arc<TailNotifier>,
     inflight_bytes: Arc<AtomicU64>,
+    /// End of the last applied log record of this group (changed only
+    /// under the state's write lock, so a reader holding the read lock
+    /// sees it match the state).
+    applied_end: Arc<AtomicU64>,
     limits: GroupLimits,
+}
+
+/// A group's state as a checkpoint captures it.
+pub(crate) struct GroupCheckpoint {
+    pub applied_end: u64,
+    pub state: Vec<u8>,
+    /// Log ranges holding live bytes.
+    pub live: Vec<(u64, u64)>,
 }
 
 impl LocalGroup {
@@ -66,6 +78,7 @@ impl LocalGroup {
     pub(crate) fn start(
         index: u32,
         state: StreamsState,
+        applied_end: u64,
         log: Arc<Log>,
         durable: watch::Receiver<DurableState>,
         limits: GroupLimits,
@@ -78,6 +91,7 @@ impl LocalGroup {
             proposals: tx,
             tails: Arc::new(TailNotifier::default()),
             inflight_bytes: Arc::new(AtomicU64::new(0)),
+            applied_end: Arc::new(AtomicU64::new(applied_end)),
             limits,
         });
         let task = CommitTask {
@@ -86,6 +100,7 @@ impl LocalGroup {
             log: Arc::clone(&group.log),
             tails: Arc::clone(&group.tails),
             inflight_bytes: Arc::clone(&group.inflight_bytes),
+            applied_end: Arc::clone(&group.applied_end),
             pending: VecDeque::new(),
             payload: Vec::new(),
         };
@@ -95,6 +110,17 @@ impl LocalGroup {
 
     pub fn index(&self) -> u32 {
         self.index
+    }
+
+    /// The group's state, its applied position and its live log ranges,
+    /// captured together.
+    pub(crate) fn checkpoint(&self) -> GroupCheckpoint {
+        let state = self.state.read().expect("state lock");
+        GroupCheckpoint {
+            applied_end: self.applied_end.load(Ordering::Acquire),
+            state: state.encode_checkpoint(),
+            live: state.live_ranges(),
+        }
     }
 
     /// Streams in the group (live and soft-deleted).
@@ -264,6 +290,7 @@ struct CommitTask {
     log: Arc<Log>,
     tails: Arc<TailNotifier>,
     inflight_bytes: Arc<AtomicU64>,
+    applied_end: Arc<AtomicU64>,
     pending: VecDeque<InFlight>,
     /// Reused encoding buffer.
     payload: Vec<u8>,
@@ -348,6 +375,7 @@ impl CommitTask {
             while self.pending.front().is_some_and(|f| f.end <= durable) {
                 let f = self.pending.pop_front().expect("front exists");
                 let result = state.apply(&f.entry, f.data_len, f.data_loc);
+                self.applied_end.store(f.end, Ordering::Release);
                 answers.push((f.reply, result, f.bytes));
             }
             state.take_changed()

@@ -20,6 +20,7 @@ use runnel_core::{Applied, Command, Entry, ReadFrom, StreamInfo, StreamsState};
 use runnel_log::{Log, LogError, LogOptions, SyncMode};
 use tokio::sync::watch;
 
+use crate::checkpoint;
 use crate::history::{self, CompactionPolicy};
 use crate::local::{DurableState, GroupLimits, LocalGroup};
 use crate::{now_ms, EngineError, GroupEngine, ReadResult};
@@ -40,6 +41,10 @@ pub struct EngineConfig {
     pub max_inflight_bytes: u64,
     /// How often expiry, retention and compaction run.
     pub sweep_interval: Duration,
+    /// A checkpoint (and log garbage collection) runs this often...
+    pub checkpoint_interval: Duration,
+    /// ...or after this many new log bytes, whichever comes first.
+    pub checkpoint_bytes: u64,
     pub compaction: CompactionPolicy,
 }
 
@@ -54,6 +59,8 @@ impl EngineConfig {
             max_pending_proposals: 65_536,
             max_inflight_bytes: 512 << 20,
             sweep_interval: Duration::from_millis(500),
+            checkpoint_interval: Duration::from_secs(300),
+            checkpoint_bytes: 256 << 20,
             compaction: CompactionPolicy {
                 min_bytes: 64 << 10,
                 idle: Duration::from_secs(1),
@@ -79,12 +86,16 @@ pub enum OpenError {
     Log(#[from] LogError),
     #[error("log record at {position} cannot be decoded: {reason}")]
     CorruptEntry { position: u64, reason: String },
+    #[error("checkpoint: {reason}")]
+    Checkpoint { reason: String },
 }
 
 pub struct Node {
     groups: Vec<Arc<LocalGroup>>,
     log: Arc<Log>,
-    sweeper: tokio::task::JoinHandle<()>,
+    data_dir: PathBuf,
+    /// Background upkeep and checkpointing, aborted on drop.
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 impl Node {
@@ -94,7 +105,19 @@ impl Node {
         let groups = config.groups.max(1);
         check_meta(&config.data_dir, groups)?;
 
-        let mut states: Vec<StreamsState> = (0..groups).map(|_| StreamsState::new()).collect();
+        let checkpoint = checkpoint::load(&config.data_dir, groups as usize)
+            .map_err(|reason| OpenError::Checkpoint { reason })?;
+        let replay_from = checkpoint.as_ref().map_or(0, |c| c.replay_from());
+        let (mut states, mut applied): (Vec<StreamsState>, Vec<u64>) = match checkpoint {
+            Some(c) => c.groups.into_iter().unzip(),
+            None => (
+                (0..groups).map(|_| StreamsState::new()).collect(),
+                vec![0; groups as usize],
+            ),
+        };
+        if replay_from == 0 {
+            refuse_collected_log_without_checkpoint(&config.data_dir.join("log"))?;
+        }
         let (durable_tx, durable_rx) = watch::channel::<DurableState>(Ok(0));
         let listener = Box::new(move |status: Result<u64, LogError>| {
             let _ = durable_tx.send_replace(status);
@@ -103,12 +126,18 @@ impl Node {
             segment_bytes: config.segment_bytes,
             sync: config.sync,
             max_record_bytes: config.max_record_bytes,
+            replay_from,
         };
         let mut records = 0u64;
         let mut decode_failure = None;
         let log = Log::open(&config.data_dir.join("log"), options, listener, |record| {
             records += 1;
-            if let Err(reason) = replay(&mut states, record.payload_pos, record.payload) {
+            if let Err(reason) = replay(
+                &mut states,
+                &mut applied,
+                record.payload_pos,
+                record.payload,
+            ) {
                 decode_failure.get_or_insert(OpenError::CorruptEntry {
                     position: record.payload_pos,
                     reason,
@@ -131,13 +160,15 @@ impl Node {
         };
         let groups: Vec<Arc<LocalGroup>> = states
             .into_iter()
+            .zip(applied)
             .enumerate()
-            .map(|(i, mut state)| {
+            .map(|(i, (mut state, applied_end))| {
                 state.renew_all_ttls(now);
                 state.take_changed();
                 LocalGroup::start(
                     i as u32,
                     state,
+                    applied_end,
                     Arc::clone(&log),
                     durable_rx.clone(),
                     limits,
@@ -156,10 +187,18 @@ impl Node {
             config.sweep_interval,
             config.compaction,
         ));
+        let checkpointer = tokio::spawn(checkpoint_loop(
+            config.data_dir.clone(),
+            groups.clone(),
+            Arc::clone(&log),
+            config.checkpoint_interval,
+            config.checkpoint_bytes,
+        ));
         Ok(Arc::new(Node {
             groups,
             log,
-            sweeper,
+            data_dir: config.data_dir.clone(),
+            tasks: vec![sweeper, checkpointer],
         }))
     }
 
@@ -204,11 +243,31 @@ impl Node {
     pub fn log_position(&self) -> u64 {
         self.log.durable_position()
     }
+
+    /// Segment files of the log.
+    pub fn log_segments(&self) -> usize {
+        self.log.segment_count()
+    }
+
+    /// Writes a checkpoint now and deletes the log segments it made
+    /// unnecessary; returns the bytes reclaimed.
+    pub async fn checkpoint(&self) -> Result<u64, String> {
+        let (dir, groups, log) = (
+            self.data_dir.clone(),
+            self.groups.clone(),
+            Arc::clone(&self.log),
+        );
+        tokio::task::spawn_blocking(move || checkpoint::checkpoint_and_collect(&dir, &groups, &log))
+            .await
+            .map_err(|e| e.to_string())?
+    }
 }
 
 impl Drop for Node {
     fn drop(&mut self) {
-        self.sweeper.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
@@ -222,7 +281,12 @@ pub fn group_index(name: &str, groups: usize) -> usize {
     (hash % groups.max(1) as u64) as usize
 }
 
-fn replay(states: &mut [StreamsState], payload_pos: u64, payload: &[u8]) -> Result<(), String> {
+fn replay(
+    states: &mut [StreamsState],
+    applied: &mut [u64],
+    payload_pos: u64,
+    payload: &[u8],
+) -> Result<(), String> {
     let (group, entry_bytes) = payload
         .split_first_chunk::<4>()
         .ok_or_else(|| "record shorter than its group prefix".to_string())?;
@@ -230,6 +294,12 @@ fn replay(states: &mut [StreamsState], payload_pos: u64, payload: &[u8]) -> Resu
     let state = states
         .get_mut(group)
         .ok_or_else(|| format!("record names group {group}, which this node does not have"))?;
+    // Records this group's checkpoint already reflects are skipped.
+    let record_end = payload_pos + payload.len() as u64;
+    if record_end <= applied[group] {
+        return Ok(());
+    }
+    applied[group] = record_end;
     let (entry, data_len): (Entry, u64) =
         Entry::decode_header(entry_bytes).map_err(|e| e.to_string())?;
     let data_loc = payload_pos + payload.len() as u64 - data_len;
@@ -237,6 +307,62 @@ fn replay(states: &mut [StreamsState], payload_pos: u64, payload: &[u8]) -> Resu
     // reaches the same refusals and needs no answer.
     let _ = state.apply(&entry, data_len, data_loc);
     Ok(())
+}
+
+/// Checkpoints every `interval`, or sooner once `bytes` of log were
+/// written since the last one.
+async fn checkpoint_loop(
+    dir: PathBuf,
+    groups: Vec<Arc<LocalGroup>>,
+    log: Arc<Log>,
+    interval: Duration,
+    bytes: u64,
+) {
+    let mut last = (tokio::time::Instant::now(), log.durable_position());
+    loop {
+        tokio::time::sleep(Duration::from_secs(1).min(interval)).await;
+        let position = log.durable_position();
+        if last.0.elapsed() < interval && position.saturating_sub(last.1) < bytes {
+            continue;
+        }
+        last = (tokio::time::Instant::now(), position);
+        let (dir, groups, log) = (dir.clone(), groups.clone(), Arc::clone(&log));
+        match tokio::task::spawn_blocking(move || {
+            checkpoint::checkpoint_and_collect(&dir, &groups, &log)
+        })
+        .await
+        {
+            Ok(Ok(reclaimed)) => tracing::debug!(reclaimed, "checkpoint written"),
+            Ok(Err(err)) => tracing::error!(error = %err, "checkpoint failed"),
+            Err(err) => tracing::error!(error = %err, "checkpoint task failed"),
+        }
+    }
+}
+
+/// Without a checkpoint the log must start at position 0: a log whose
+/// first segments were collected can only be recovered from the
+/// checkpoint that allowed it, and opening it without one would discard
+/// the rest as corruption.
+fn refuse_collected_log_without_checkpoint(log_dir: &Path) -> Result<(), OpenError> {
+    let first = std::fs::read_dir(log_dir)
+        .ok()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            e.ok()?
+                .file_name()
+                .to_str()?
+                .strip_suffix(".log")?
+                .parse::<u64>()
+                .ok()
+        })
+        .min();
+    match first {
+        Some(base) if base > 0 => Err(OpenError::Checkpoint {
+            reason: format!("the log starts at {base} but the checkpoint that covers what came before is missing"),
+        }),
+        _ => Ok(()),
+    }
 }
 
 fn check_meta(dir: &Path, groups: u32) -> Result<(), OpenError> {

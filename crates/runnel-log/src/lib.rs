@@ -61,6 +61,11 @@ pub struct LogOptions {
     pub sync: SyncMode,
     /// Largest payload accepted; larger frames on disk are corruption.
     pub max_record_bytes: u32,
+    /// Records before this position are already reflected in a checkpoint:
+    /// recovery does not scan segments that end at or before it, and
+    /// segments missing below it were deleted on purpose (garbage
+    /// collected), not lost.
+    pub replay_from: u64,
 }
 
 impl Default for LogOptions {
@@ -69,6 +74,7 @@ impl Default for LogOptions {
             segment_bytes: 256 << 20,
             sync: SyncMode::Batch,
             max_record_bytes: 128 << 20,
+            replay_from: 0,
         }
     }
 }
@@ -180,21 +186,38 @@ impl Log {
         let mut segments = BTreeMap::new();
         let mut end = bases.first().copied().unwrap_or(0);
         let mut cut = false;
+        let last = bases.last().copied();
         for base in bases {
             let path = segment::path_for(dir, base);
-            if cut || base != end {
+            // Garbage collection leaves gaps, but only below the checkpoint.
+            let collected_gap = base != end && base <= options.replay_from;
+            if cut || (base != end && !collected_gap) {
                 // After a torn segment, or past a gap: not part of the log.
                 tracing::warn!(segment = %path.display(), "removing segment past the end of the valid log");
                 std::fs::remove_file(&path).map_err(|e| LogError::io("removing a segment", e))?;
                 cut = true;
                 continue;
             }
-            let scan = segment::scan(&path, options.max_record_bytes, |offset, payload| {
-                on_record(RecoveredRecord {
-                    payload_pos: base + offset,
-                    payload,
-                })
-            })?;
+            let file_len = std::fs::metadata(&path)
+                .map_err(|e| LogError::io("reading segment metadata", e))?
+                .len();
+            let sealed_and_checkpointed =
+                Some(base) != last && base + file_len <= options.replay_from;
+            let scan = if sealed_and_checkpointed {
+                // Whole, synced before the next segment began, and already
+                // in the checkpoint: nothing to validate or replay.
+                segment::Scan {
+                    valid_len: file_len,
+                    torn: false,
+                }
+            } else {
+                segment::scan(&path, options.max_record_bytes, |offset, payload| {
+                    on_record(RecoveredRecord {
+                        payload_pos: base + offset,
+                        payload,
+                    })
+                })?
+            };
             if scan.torn {
                 tracing::warn!(segment = %path.display(), valid_bytes = scan.valid_len, "truncating torn log tail");
                 let file = segment::open_rw(&path, false)?;
@@ -302,6 +325,42 @@ impl Log {
         segment
             .read_exact_at(buf, pos - base)
             .map_err(|e| LogError::io("reading a record", e))
+    }
+
+    /// Deletes the segments that end at or before `before` and that `keep`
+    /// does not claim (`keep(base, end)` is true when the segment still
+    /// holds live bytes). The segment being written is never deleted.
+    /// Returns the bytes reclaimed.
+    pub fn collect_segments(
+        &self,
+        before: u64,
+        keep: impl Fn(u64, u64) -> bool,
+    ) -> Result<u64, LogError> {
+        let doomed: Vec<(u64, u64)> = {
+            let segments = self.shared.segments.read().expect("segments lock");
+            let bases: Vec<u64> = segments.keys().copied().collect();
+            bases
+                .windows(2)
+                .map(|w| (w[0], w[1]))
+                .filter(|&(base, end)| end <= before && !keep(base, end))
+                .collect()
+        };
+        if doomed.is_empty() {
+            return Ok(0);
+        }
+        let mut reclaimed = 0;
+        for (base, end) in &doomed {
+            self.shared
+                .segments
+                .write()
+                .expect("segments lock")
+                .remove(base);
+            std::fs::remove_file(segment::path_for(&self.shared.dir, *base))
+                .map_err(|e| LogError::io("removing a collected segment", e))?;
+            reclaimed += end - base;
+        }
+        segment::sync_dir(&self.shared.dir)?;
+        Ok(reclaimed)
     }
 
     /// Number of segment files.

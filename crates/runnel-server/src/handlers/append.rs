@@ -4,10 +4,9 @@
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode};
-use runnel_core::json::frame_json_body;
 use runnel_core::{AppendToStream, Applied, Body, Command, ContentKind};
 
-use super::{body_bytes, header_value};
+use super::{body_bytes, framed_body, header_value};
 use crate::error::ApiError;
 use crate::headers::{self, names};
 use crate::AppState;
@@ -34,18 +33,7 @@ pub async fn post(app: AppState, name: String, request: Request) -> Result<Respo
         let ct = content_type
             .as_deref()
             .ok_or_else(|| ApiError::bad("an append with a body needs a Content-Type"))?;
-        if ContentKind::of(ct) == ContentKind::Json {
-            let framed = frame_json_body(&data, false).map_err(|e| ApiError::bad(e.to_string()))?;
-            Body {
-                data: framed.data,
-                message_ends: framed.message_ends,
-            }
-        } else {
-            Body {
-                data: data.to_vec(),
-                message_ends: Vec::new(),
-            }
-        }
+        framed_body(ContentKind::of(ct), &data, false)?
     };
     let has_data = !body.data.is_empty();
 

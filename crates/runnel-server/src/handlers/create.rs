@@ -4,11 +4,10 @@
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode};
-use runnel_core::json::frame_json_body;
 use runnel_core::offset::parse_offset;
-use runnel_core::{Applied, Body, Command, ContentKind, CreateStream, ForkFrom, Retention};
+use runnel_core::{Applied, Command, ContentKind, CreateStream, ForkFrom, Retention};
 
-use super::{body_bytes, head::metadata_headers, header_value};
+use super::{body_bytes, framed_body, head::metadata_headers, header_value};
 use crate::error::ApiError;
 use crate::headers::{self, names};
 use crate::AppState;
@@ -56,18 +55,8 @@ pub async fn put(app: AppState, name: String, request: Request) -> Result<Respon
             .unwrap_or(ContentKind::Binary),
         (None, None) => ContentKind::Binary,
     };
-    let body = if kind == ContentKind::Json && !data.is_empty() {
-        let framed = frame_json_body(&data, true).map_err(|e| ApiError::bad(e.to_string()))?;
-        Body {
-            data: framed.data,
-            message_ends: framed.message_ends,
-        }
-    } else {
-        Body {
-            data: data.to_vec(),
-            message_ends: Vec::new(),
-        }
-    };
+    // An empty JSON array creates an empty stream.
+    let body = framed_body(kind, &data, true)?;
 
     let command = Command::Create(CreateStream {
         name,

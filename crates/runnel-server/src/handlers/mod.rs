@@ -18,6 +18,7 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderValue, Method};
+use runnel_core::ContentKind;
 
 use crate::error::ApiError;
 use crate::headers;
@@ -117,6 +118,28 @@ async fn body_bytes_up_to(limit: u64, body: Body) -> Result<Bytes, ApiError> {
                 ApiError::bad(format!("could not read the request body: {e}"))
             }
         })
+}
+
+/// A request body as stored: JSON bodies validated and framed into
+/// messages (one array level flattened), anything else as is.
+fn framed_body(
+    kind: ContentKind,
+    data: &[u8],
+    allow_empty_array: bool,
+) -> Result<runnel_core::Body, ApiError> {
+    if kind == ContentKind::Json && !data.is_empty() {
+        let framed = runnel_core::json::frame_json_body(data, allow_empty_array)
+            .map_err(|e| ApiError::bad(e.to_string()))?;
+        Ok(runnel_core::Body {
+            data: framed.data,
+            message_ends: framed.message_ends,
+        })
+    } else {
+        Ok(runnel_core::Body {
+            data: data.to_vec(),
+            message_ends: Vec::new(),
+        })
+    }
 }
 
 /// A header value from a string the server produced (offsets, numbers,

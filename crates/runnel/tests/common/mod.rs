@@ -60,6 +60,7 @@ impl Server {
         kb * 1024
     }
 
+    #[allow(dead_code)] // not every test binary addresses streams
     pub fn stream_url(&self, name: &str) -> String {
         format!("{}/v1/stream/{name}", self.base)
     }

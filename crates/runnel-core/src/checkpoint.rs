@@ -1,0 +1,249 @@
+//! Checkpoints: the whole state of a group as bytes, so that recovery can
+//! start from a checkpoint instead of the first log record, and log
+//! segments that hold nothing live any more can be deleted.
+//!
+//! Everything applying the log built is saved: names, streams with their
+//! chunk index, producers, snapshots, forks and counters. Read renewals of
+//! sliding TTLs are saved as they stand (they are in-memory state too).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::AtomicI64;
+
+use crate::codec::{CodecError, Reader, Writer};
+use crate::command::{ForkFrom, Retention};
+use crate::state::StreamsState;
+use crate::stream::{
+    media_type, Chunk, ContentKind, ForkBase, ProducerState, SnapshotRef, StreamState,
+};
+
+const CHECKPOINT_VERSION: u8 = 1;
+
+impl StreamsState {
+    /// Encodes the whole state.
+    pub fn encode_checkpoint(&self) -> Vec<u8> {
+        let mut w = Writer::wrap(Vec::new());
+        w.u8(CHECKPOINT_VERSION);
+        w.u64(self.next_id);
+        let mut ids: Vec<_> = self.streams.keys().copied().collect();
+        ids.sort_unstable();
+        w.u64(ids.len() as u64);
+        for id in ids {
+            encode_stream(&mut w, &self.streams[&id]);
+        }
+        w.finish()
+    }
+
+    /// Decodes a state written by [`StreamsState::encode_checkpoint`].
+    pub fn decode_checkpoint(bytes: &[u8]) -> Result<StreamsState, CodecError> {
+        let mut r = Reader::new(bytes);
+        let version = r.u8()?;
+        if version != CHECKPOINT_VERSION {
+            return Err(CodecError::UnknownVersion(version));
+        }
+        let mut state = StreamsState::new();
+        state.next_id = r.u64()?;
+        let count = r.u64()?;
+        for _ in 0..count {
+            let s = decode_stream(&mut r)?;
+            // A soft-deleted stream keeps its name until its last fork goes.
+            state.names.insert(s.name.clone(), s.id);
+            state.streams.insert(s.id, s);
+        }
+        r.expect_end()?;
+        Ok(state)
+    }
+
+    /// Every log location a live byte lives at: chunk and snapshot starts
+    /// with their lengths. Segments holding none of these can be deleted.
+    pub fn live_ranges(&self) -> Vec<(u64, u64)> {
+        let mut ranges = Vec::new();
+        for s in self.streams.values() {
+            ranges.extend(s.chunks.iter().map(|c| (c.loc, c.len)));
+            ranges.extend(s.snapshots.values().map(|snap| (snap.loc, snap.len)));
+            ranges.extend(s.server_snapshot.iter().map(|snap| (snap.loc, snap.len)));
+        }
+        ranges
+    }
+}
+
+fn encode_stream(w: &mut Writer, s: &StreamState) {
+    w.u64(s.id);
+    w.str(&s.name);
+    w.str(&s.content_type);
+    w.opt_u64(s.ttl_secs);
+    w.opt_i64(s.expires_at_ms);
+    w.i64(s.created_at_ms);
+    w.i64(s.last_access_ms());
+    w.bool(s.closed);
+    w.u64(s.tail);
+    match &s.base {
+        Some(b) => {
+            w.bool(true);
+            w.u64(b.source);
+            w.u64(b.point);
+        }
+        None => w.bool(false),
+    }
+    match &s.fork_spec {
+        Some(f) => {
+            w.bool(true);
+            w.str(&f.source);
+            w.opt_u64(f.offset);
+            w.u64(f.sub_offset);
+        }
+        None => w.bool(false),
+    }
+    w.u64(s.chunks.len() as u64);
+    for c in &s.chunks {
+        w.u64(c.start);
+        w.u64(c.len);
+        w.u64(c.loc);
+        w.i64(c.at_ms);
+        w.u32_list(c.message_ends.as_deref().unwrap_or(&[]));
+    }
+    let mut producers: Vec<_> = s.producers.iter().collect();
+    producers.sort_unstable_by(|a, b| a.0.cmp(b.0));
+    w.u64(producers.len() as u64);
+    for (id, p) in producers {
+        w.str(id);
+        w.u64(p.epoch);
+        w.u64(p.last_seq);
+    }
+    w.opt_str(s.last_stream_seq.as_deref());
+    w.u32(s.fork_refs);
+    w.bool(s.soft_deleted);
+    w.u64(s.earliest);
+    w.u64(s.snapshots.len() as u64);
+    for snap in s.snapshots.values() {
+        encode_snapshot(w, snap);
+    }
+    match &s.server_snapshot {
+        Some(snap) => {
+            w.bool(true);
+            encode_snapshot(w, snap);
+        }
+        None => w.bool(false),
+    }
+    w.bool(s.compaction);
+    w.opt_u64(s.retention.max_bytes);
+    w.opt_u64(s.retention.max_age_secs);
+}
+
+fn encode_snapshot(w: &mut Writer, snap: &SnapshotRef) {
+    w.u64(snap.offset);
+    w.u64(snap.loc);
+    w.u64(snap.len);
+    w.raw(&snap.digest);
+    w.str(&snap.content_type);
+    w.bool(snap.server_made);
+}
+
+fn decode_snapshot(r: &mut Reader<'_>) -> Result<SnapshotRef, CodecError> {
+    Ok(SnapshotRef {
+        offset: r.u64()?,
+        loc: r.u64()?,
+        len: r.u64()?,
+        digest: r.array::<32>()?,
+        content_type: r.string()?,
+        server_made: r.bool()?,
+    })
+}
+
+fn decode_stream(r: &mut Reader<'_>) -> Result<StreamState, CodecError> {
+    let id = r.u64()?;
+    let name = r.string()?;
+    let content_type = r.string()?;
+    let ttl_secs = r.opt_u64()?;
+    let expires_at_ms = r.opt_i64()?;
+    let created_at_ms = r.i64()?;
+    let last_access_ms = r.i64()?;
+    let closed = r.bool()?;
+    let tail = r.u64()?;
+    let base = if r.bool()? {
+        Some(ForkBase {
+            source: r.u64()?,
+            point: r.u64()?,
+        })
+    } else {
+        None
+    };
+    let fork_spec = if r.bool()? {
+        Some(ForkFrom {
+            source: r.string()?,
+            offset: r.opt_u64()?,
+            sub_offset: r.u64()?,
+        })
+    } else {
+        None
+    };
+    let chunk_count = r.u64()?;
+    let mut chunks = Vec::new();
+    for _ in 0..chunk_count {
+        let (start, len, loc, at_ms) = (r.u64()?, r.u64()?, r.u64()?, r.i64()?);
+        let ends = r.u32_list()?;
+        chunks.push(Chunk {
+            start,
+            len,
+            loc,
+            message_ends: (!ends.is_empty()).then(|| ends.into()),
+            at_ms,
+        });
+    }
+    let producer_count = r.u64()?;
+    let mut producers = HashMap::new();
+    for _ in 0..producer_count {
+        let pid = r.string()?;
+        producers.insert(
+            pid,
+            ProducerState {
+                epoch: r.u64()?,
+                last_seq: r.u64()?,
+            },
+        );
+    }
+    let last_stream_seq = r.opt_string()?;
+    let fork_refs = r.u32()?;
+    let soft_deleted = r.bool()?;
+    let earliest = r.u64()?;
+    let snapshot_count = r.u64()?;
+    let mut snapshots = BTreeMap::new();
+    for _ in 0..snapshot_count {
+        let snap = decode_snapshot(r)?;
+        snapshots.insert(snap.offset, snap);
+    }
+    let server_snapshot = if r.bool()? {
+        Some(decode_snapshot(r)?)
+    } else {
+        None
+    };
+    let compaction = r.bool()?;
+    let retention = Retention {
+        max_bytes: r.opt_u64()?,
+        max_age_secs: r.opt_u64()?,
+    };
+    Ok(StreamState {
+        id,
+        name,
+        media_type: media_type(&content_type),
+        kind: ContentKind::of(&content_type),
+        content_type,
+        ttl_secs,
+        expires_at_ms,
+        created_at_ms,
+        last_access_ms: AtomicI64::new(last_access_ms),
+        closed,
+        tail,
+        base,
+        fork_spec,
+        chunks,
+        producers,
+        last_stream_seq,
+        fork_refs,
+        soft_deleted,
+        earliest,
+        snapshots,
+        server_snapshot,
+        compaction,
+        retention,
+    })
+}

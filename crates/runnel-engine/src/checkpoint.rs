@@ -1,0 +1,166 @@
+//! Checkpoints and log garbage collection.
+//!
+//! A checkpoint is every group's state with the log position it reflects
+//! (`applied_end`: the end of the group's last applied record), written to
+//! `DATA_DIR/checkpoint` atomically (temporary file, fsync, rename, fsync
+//! of the directory) and checksummed. Recovery loads it and replays only
+//! the records after each group's position.
+//!
+//! Once a checkpoint is on disk, log segments that lie wholly before every
+//! group's position and hold no live byte (no stream chunk or snapshot
+//! points into them) are deleted: this is how deleted, expired and trimmed
+//! data leaves the disk.
+//!
+//! File layout: `RNLCKPT1`, group count (u32), then per group its
+//! `applied_end` (u64), state length (u64) and state bytes, then a CRC32C
+//! (u32) of everything before it. All little-endian.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use runnel_core::StreamsState;
+use runnel_log::Log;
+
+use crate::local::{GroupCheckpoint, LocalGroup};
+
+const MAGIC: &[u8; 8] = b"RNLCKPT1";
+const FILE: &str = "checkpoint";
+
+/// A loaded checkpoint: per group, its state and applied position.
+pub(crate) struct Loaded {
+    pub groups: Vec<(StreamsState, u64)>,
+}
+
+impl Loaded {
+    /// Where replay must start: the lowest group position.
+    pub fn replay_from(&self) -> u64 {
+        self.groups.iter().map(|(_, end)| *end).min().unwrap_or(0)
+    }
+}
+
+pub(crate) fn path(dir: &Path) -> PathBuf {
+    dir.join(FILE)
+}
+
+/// Reads the checkpoint, if there is one. A damaged checkpoint is an
+/// error, never silently ignored: the log before it may be gone.
+pub(crate) fn load(dir: &Path, groups: usize) -> Result<Option<Loaded>, String> {
+    let bytes = match std::fs::read(path(dir)) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("reading the checkpoint: {e}")),
+    };
+    let (body, crc) = bytes
+        .split_last_chunk::<4>()
+        .ok_or("checkpoint is truncated")?;
+    if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
+        return Err("checkpoint fails its checksum".into());
+    }
+    let mut at = body.strip_prefix(MAGIC).ok_or("checkpoint has no magic")?;
+    let mut take = |n: usize| -> Result<&[u8], String> {
+        let (head, rest) = at.split_at_checked(n).ok_or("checkpoint is truncated")?;
+        at = rest;
+        Ok(head)
+    };
+    let count = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
+    if count != groups {
+        return Err(format!("checkpoint has {count} groups, the node {groups}"));
+    }
+    let mut loaded = Vec::with_capacity(count);
+    for _ in 0..count {
+        let applied_end = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+        let len = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
+        let state = StreamsState::decode_checkpoint(take(
+            usize::try_from(len).map_err(|e| e.to_string())?,
+        )?)
+        .map_err(|e| format!("checkpoint state: {e}"))?;
+        loaded.push((state, applied_end));
+    }
+    Ok(Some(Loaded { groups: loaded }))
+}
+
+/// Writes a checkpoint atomically.
+fn store(dir: &Path, groups: &[GroupCheckpoint]) -> std::io::Result<()> {
+    let mut bytes =
+        Vec::with_capacity(groups.iter().map(|g| g.state.len() + 16).sum::<usize>() + 16);
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(&(groups.len() as u32).to_le_bytes());
+    for g in groups {
+        bytes.extend_from_slice(&g.applied_end.to_le_bytes());
+        bytes.extend_from_slice(&(g.state.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&g.state);
+    }
+    let crc = crc32c::crc32c(&bytes);
+    bytes.extend_from_slice(&crc.to_le_bytes());
+    let tmp = dir.join(format!("{FILE}.tmp"));
+    std::fs::write(&tmp, &bytes)?;
+    std::fs::File::open(&tmp)?.sync_all()?;
+    std::fs::rename(&tmp, path(dir))?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// Writes a checkpoint of every group, then deletes the log segments it
+/// made unnecessary. Returns the bytes reclaimed.
+pub(crate) fn checkpoint_and_collect(
+    dir: &Path,
+    groups: &[Arc<LocalGroup>],
+    log: &Log,
+) -> Result<u64, String> {
+    let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint()).collect();
+    store(dir, &captured).map_err(|e| format!("writing the checkpoint: {e}"))?;
+    let before = captured.iter().map(|g| g.applied_end).min().unwrap_or(0);
+    let live = LiveSet::new(
+        captured
+            .iter()
+            .flat_map(|g| g.live.iter().copied())
+            .collect(),
+    );
+    log.collect_segments(before, |base, end| live.touches(base, end))
+        .map_err(|e| format!("collecting segments: {e}"))
+}
+
+/// Log ranges holding live bytes, sorted, with the running maximum of
+/// their ends so a segment check is one binary search.
+struct LiveSet {
+    starts: Vec<u64>,
+    max_end: Vec<u64>,
+}
+
+impl LiveSet {
+    fn new(mut ranges: Vec<(u64, u64)>) -> LiveSet {
+        ranges.sort_unstable();
+        let mut max_end = Vec::with_capacity(ranges.len());
+        let mut running = 0;
+        for (loc, len) in &ranges {
+            running = running.max(loc + len.max(&1));
+            max_end.push(running);
+        }
+        LiveSet {
+            starts: ranges.into_iter().map(|(loc, _)| loc).collect(),
+            max_end,
+        }
+    }
+
+    /// Whether any live range touches `[base, end)`.
+    fn touches(&self, base: u64, end: u64) -> bool {
+        let idx = self.starts.partition_point(|loc| *loc < end);
+        idx > 0 && self.max_end[idx - 1] > base
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn live_ranges_touching_a_segment_keep_it() {
+        let live = LiveSet::new(vec![(400, 1), (10, 5), (100, 50)]);
+        assert!(live.touches(0, 12));
+        assert!(!live.touches(15, 100));
+        assert!(live.touches(120, 130), "a range spanning the segment");
+        assert!(live.touches(149, 200));
+        assert!(!live.touches(150, 400));
+        assert!(live.touches(400, 401));
+        assert!(!LiveSet::new(vec![]).touches(0, 10));
+    }
+}
