@@ -121,4 +121,8 @@ for system in $SYSTEMS; do
 done
 
 "$RUNNEL" bench report "$OUT"/*.json --out "$OUT" --reference runnel
+# PNG copies of the charts where librsvg is installed (Debian: librsvg2-bin).
+if command -v rsvg-convert >/dev/null; then
+  for svg in "$OUT"/*.svg; do rsvg-convert -w 720 "$svg" -o "${svg%.svg}.png"; done
+fi
 echo "results in $OUT" >&2

@@ -20,7 +20,9 @@ use crate::BenchError;
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
     /// Engines to run, comma separated (runnel, runnel-nosync, and with
-    /// the walrus feature walrus-sync-each, walrus-200ms, walrus-nofsync).
+    /// the walrus feature walrus-sync-each, walrus-200ms, walrus-nofsync,
+    /// one topic per writer, or walrus-sync-each-shared and
+    /// walrus-nofsync-shared, all writers on one topic).
     #[arg(long, default_value = "runnel")]
     pub engines: String,
     /// Writer thread counts, comma separated.
@@ -175,9 +177,11 @@ fn open_engine(name: &str, dir: &Path) -> Result<Box<dyn Engine>, BenchError> {
         "runnel" => Ok(Box::new(RunnelLog::open(dir, SyncMode::Batch)?)),
         "runnel-nosync" => Ok(Box::new(RunnelLog::open(dir, SyncMode::Never)?)),
         #[cfg(feature = "walrus")]
-        "walrus-sync-each" | "walrus-200ms" | "walrus-nofsync" => {
-            Ok(Box::new(walrus::WalrusLog::open(name, dir)?))
-        }
+        "walrus-sync-each"
+        | "walrus-200ms"
+        | "walrus-nofsync"
+        | "walrus-sync-each-shared"
+        | "walrus-nofsync-shared" => Ok(Box::new(walrus::WalrusLog::open(name, dir)?)),
         other => Err(BenchError::Usage(format!(
             "unknown log engine {other:?} (walrus-* need the walrus feature)"
         ))),
@@ -236,11 +240,14 @@ mod walrus {
 
     impl WalrusLog {
         pub fn open(name: &str, dir: &Path) -> Result<WalrusLog, BenchError> {
-            let schedule = match name {
+            let schedule = match name.trim_end_matches("-shared") {
                 "walrus-sync-each" => FsyncSchedule::SyncEach,
                 "walrus-200ms" => FsyncSchedule::Milliseconds(200),
                 _ => FsyncSchedule::NoFsync,
             };
+            // `-shared`: every writer appends to one topic, one log like
+            // runnel's; otherwise each writer has a topic of its own.
+            let topics = if name.ends_with("-shared") { 1 } else { 1024 };
             // walrus writes under WALRUS_DATA_DIR (default ./wal_files).
             std::env::set_var("WALRUS_DATA_DIR", dir);
             std::env::set_var("WALRUS_QUIET", "1");
@@ -252,7 +259,7 @@ mod walrus {
             .map_err(|e| BenchError::Setup(e.to_string()))?;
             Ok(WalrusLog {
                 wal,
-                topics: (0..1024).map(|i| format!("t{i}")).collect(),
+                topics: (0..topics).map(|i| format!("t{i}")).collect(),
             })
         }
     }

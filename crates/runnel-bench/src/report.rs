@@ -307,6 +307,8 @@ pub fn line_chart(
 fn tick(v: f64) -> String {
     if v >= 10_000.0 {
         format!("{:.0}k", v / 1000.0)
+    } else if v >= 1_000.0 {
+        format!("{:.1}k", v / 1000.0)
     } else if v >= 100.0 {
         format!("{v:.0}")
     } else {

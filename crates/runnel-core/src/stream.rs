@@ -200,6 +200,12 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_index_entry_costs_48_bytes() {
+        // BENCHMARKS.md states the index cost per GiB from this size.
+        assert_eq!(std::mem::size_of::<Chunk>(), 48);
+    }
+
+    #[test]
     fn media_types_compare_case_and_parameter_insensitively() {
         assert_eq!(
             media_type("Application/JSON; charset=utf-8"),
