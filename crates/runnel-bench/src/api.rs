@@ -23,7 +23,7 @@ pub enum ApiStyle {
 }
 
 /// Ursula's bucket and S2's basin for benchmark streams.
-const NAMESPACE: &str = "bench";
+const NAMESPACE: &str = "runnel-bench";
 
 /// A request to make: method, path, headers, body.
 pub struct Call {

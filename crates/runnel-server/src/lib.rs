@@ -93,19 +93,56 @@ pub fn router(node: Arc<Node>, config: ServerConfig) -> Router {
 }
 
 /// Serves `app` on `listener` with `config`'s connection limits until
-/// `shutdown` resolves.
+/// `shutdown` resolves, then lets open requests finish (at most 10 s).
+///
+/// The accept loop is hyper-util's rather than `axum::serve` so that the
+/// per-connection buffers can be bounded: an idle keep-alive or SSE
+/// connection holds its read and write buffers for its whole life.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: &ServerConfig,
     app: Router,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let listener = listener::LimitedListener::new(
+    use axum::serve::Listener;
+    use hyper::server::conn::http1::Builder;
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    use hyper_util::service::TowerToHyperService;
+
+    let mut listener = listener::LimitedListener::new(
         listener,
         config.max_connections,
         config.write_stall_timeout,
     );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
+    let mut builder = Builder::new();
+    // The smallest read buffer hyper allows; requests larger than it are
+    // still read, in several passes. HTTP/1.1 only: protocol detection
+    // for cleartext HTTP/2 would hold a buffer of its own per connection.
+    builder
+        .max_buf_size(8192)
+        .timer(TokioTimer::new())
+        .header_read_timeout(std::time::Duration::from_secs(30));
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        let (io, _peer) = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = &mut shutdown => break,
+        };
+        let service = TowerToHyperService::new(app.clone());
+        let connection = builder.serve_connection(TokioIo::new(io), service);
+        let connection = graceful.watch(connection);
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "connection ended with an error");
+            }
+        });
+    }
+    if tokio::time::timeout(std::time::Duration::from_secs(10), graceful.shutdown())
         .await
+        .is_err()
+    {
+        tracing::warn!("connections still open after 10 s of shutdown; closing them");
+    }
+    Ok(())
 }
