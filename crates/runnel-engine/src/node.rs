@@ -244,6 +244,11 @@ impl Node {
         self.log.durable_position()
     }
 
+    /// Why the node cannot take writes, if it cannot (its log failed).
+    pub fn write_failure(&self) -> Option<String> {
+        self.log.failure().map(|e| e.to_string())
+    }
+
     /// Segment files of the log.
     pub fn log_segments(&self) -> usize {
         self.log.segment_count()

@@ -363,6 +363,16 @@ impl Log {
         Ok(reclaimed)
     }
 
+    /// The failure that stopped the log, if it stopped.
+    pub fn failure(&self) -> Option<Arc<LogError>> {
+        self.shared
+            .pending
+            .lock()
+            .expect("log mutex")
+            .failed
+            .clone()
+    }
+
     /// Number of segment files.
     pub fn segment_count(&self) -> usize {
         self.shared.segments.read().expect("segments lock").len()

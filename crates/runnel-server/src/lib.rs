@@ -85,7 +85,7 @@ pub fn router(node: Arc<Node>, config: ServerConfig) -> Router {
         config: Arc::new(config),
     };
     Router::new()
-        .route("/health", get(|| async { "ok\n" }))
+        .route("/health", get(handlers::health))
         .route("/v1/stream/{*name}", any(handlers::stream))
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn(middleware::protocol_headers))

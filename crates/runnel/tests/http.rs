@@ -170,3 +170,41 @@ async fn closure_producers_forks_and_deletes_survive_restart() {
         .unwrap();
     assert_eq!(dup.status(), 204, "the retry is a duplicate after restart");
 }
+
+#[tokio::test]
+async fn a_full_disk_fails_writes_with_507_and_acknowledges_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    // The log's first segment is /dev/full: every write fails with ENOSPC.
+    std::fs::create_dir_all(dir.path().join("log")).unwrap();
+    std::os::unix::fs::symlink("/dev/full", dir.path().join("log/00000000000000000000.log"))
+        .unwrap();
+    let server = Server::start(dir.path(), &[]).await;
+    let client = reqwest::Client::new();
+    let url = server.stream_url("doomed");
+    let r = client
+        .put(&url)
+        .header("content-type", "text/plain")
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 507, "the write could not be made durable");
+    assert!(r.text().await.unwrap().contains("storage"));
+    // Fail-stop: the log takes no more writes, and nothing was created.
+    let r = client
+        .put(&url)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 507);
+    assert_eq!(client.head(&url).send().await.unwrap().status(), 404);
+    // Health says why the node takes no writes.
+    let health = client
+        .get(format!("{}/health", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(health.status(), 503);
+    assert!(health.text().await.unwrap().contains("storage failed"));
+}

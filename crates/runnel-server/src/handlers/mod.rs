@@ -96,6 +96,19 @@ async fn dispatch(app: AppState, target: Target, request: Request) -> Result<Res
     }
 }
 
+/// 200 while the node serves; 503 once its log failed (it takes no more
+/// writes until restarted), so a load balancer routes elsewhere.
+pub async fn health(State(app): State<AppState>) -> Response {
+    match app.node.write_failure() {
+        None => "ok\n".into_response(),
+        Some(reason) => (
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            format!("storage failed: {reason}\n"),
+        )
+            .into_response(),
+    }
+}
+
 pub async fn not_found() -> Response {
     ApiError::NotFound.into_response()
 }
