@@ -36,3 +36,5 @@ pub use stream::{ContentKind, SnapshotRef, StreamState};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_history;

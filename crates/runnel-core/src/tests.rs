@@ -9,19 +9,19 @@ use crate::json::{frame_json_body, render_json_array};
 use crate::offset::{Offset, ReadFrom};
 use crate::state::{Applied, StreamsState};
 
-const T0: i64 = 1_700_000_000_000;
+pub(crate) const T0: i64 = 1_700_000_000_000;
 
 /// The state machine plus a vector playing the log: an entry's data is
 /// stored at `log.len()` and that index is its location.
 #[derive(Default)]
-struct Harness {
-    state: StreamsState,
-    log: Vec<u8>,
-    entries: Vec<(Entry, u64, u64)>,
+pub(crate) struct Harness {
+    pub(crate) state: StreamsState,
+    pub(crate) log: Vec<u8>,
+    pub(crate) entries: Vec<(Entry, u64, u64)>,
 }
 
 impl Harness {
-    fn run_at(&mut self, now_ms: i64, command: Command) -> Result<Applied, CoreError> {
+    pub(crate) fn run_at(&mut self, now_ms: i64, command: Command) -> Result<Applied, CoreError> {
         let entry = Entry { now_ms, command };
         // Every entry goes through the codec, as it does in the engine.
         let entry = Entry::decode(&entry.encode()).unwrap();
@@ -36,11 +36,11 @@ impl Harness {
         self.state.apply(&entry, data.len() as u64, loc)
     }
 
-    fn run(&mut self, command: Command) -> Result<Applied, CoreError> {
+    pub(crate) fn run(&mut self, command: Command) -> Result<Applied, CoreError> {
         self.run_at(T0, command)
     }
 
-    fn read_at(
+    pub(crate) fn read_at(
         &self,
         name: &str,
         from: ReadFrom,
@@ -54,16 +54,16 @@ impl Harness {
         Ok((out, plan))
     }
 
-    fn read_all(&self, name: &str) -> Vec<u8> {
+    pub(crate) fn read_all(&self, name: &str) -> Vec<u8> {
         self.read_at(name, ReadFrom::Start, u64::MAX).unwrap().0
     }
 
-    fn read_json(&self, name: &str) -> serde_json::Value {
+    pub(crate) fn read_json(&self, name: &str) -> serde_json::Value {
         serde_json::from_slice(&render_json_array(&self.read_all(name))).unwrap()
     }
 
     /// Rebuilds a fresh state from the recorded entries, as recovery does.
-    fn replayed(&self) -> StreamsState {
+    pub(crate) fn replayed(&self) -> StreamsState {
         let mut state = StreamsState::new();
         for (entry, len, loc) in &self.entries {
             let (header_only, data_len) = Entry::decode_header(&entry.encode()).unwrap();
@@ -74,7 +74,7 @@ impl Harness {
     }
 }
 
-fn create(name: &str, ct: &str) -> Command {
+pub(crate) fn create(name: &str, ct: &str) -> Command {
     Command::Create(CreateStream {
         name: name.into(),
         content_type: Some(ct.into()),
@@ -88,7 +88,7 @@ fn create(name: &str, ct: &str) -> Command {
     })
 }
 
-fn create_with(name: &str, ct: &str, f: impl FnOnce(&mut CreateStream)) -> Command {
+pub(crate) fn create_with(name: &str, ct: &str, f: impl FnOnce(&mut CreateStream)) -> Command {
     let Command::Create(mut c) = create(name, ct) else {
         unreachable!()
     };
@@ -96,7 +96,7 @@ fn create_with(name: &str, ct: &str, f: impl FnOnce(&mut CreateStream)) -> Comma
     Command::Create(c)
 }
 
-fn fork(name: &str, source: &str, offset: Option<u64>, sub_offset: u64) -> Command {
+pub(crate) fn fork(name: &str, source: &str, offset: Option<u64>, sub_offset: u64) -> Command {
     Command::Create(CreateStream {
         name: name.into(),
         content_type: None,
@@ -114,7 +114,7 @@ fn fork(name: &str, source: &str, offset: Option<u64>, sub_offset: u64) -> Comma
     })
 }
 
-fn append(name: &str, data: &[u8]) -> AppendToStream {
+pub(crate) fn append(name: &str, data: &[u8]) -> AppendToStream {
     AppendToStream {
         name: name.into(),
         content_type: Some("text/plain".into()),
@@ -128,7 +128,7 @@ fn append(name: &str, data: &[u8]) -> AppendToStream {
     }
 }
 
-fn json_append(name: &str, body: &str) -> Command {
+pub(crate) fn json_append(name: &str, body: &str) -> Command {
     let framed = frame_json_body(body.as_bytes(), false).unwrap();
     Command::Append(AppendToStream {
         name: name.into(),
@@ -143,7 +143,7 @@ fn json_append(name: &str, body: &str) -> Command {
     })
 }
 
-fn with_producer(mut a: AppendToStream, id: &str, epoch: u64, seq: u64) -> Command {
+pub(crate) fn with_producer(mut a: AppendToStream, id: &str, epoch: u64, seq: u64) -> Command {
     a.producer = Some(Producer {
         id: id.into(),
         epoch,
@@ -152,7 +152,7 @@ fn with_producer(mut a: AppendToStream, id: &str, epoch: u64, seq: u64) -> Comma
     Command::Append(a)
 }
 
-fn next_offset(applied: Applied) -> Offset {
+pub(crate) fn next_offset(applied: Applied) -> Offset {
     match applied {
         Applied::Appended { next_offset, .. } => next_offset,
         Applied::Created { stream, .. } => stream.next_offset,
@@ -627,168 +627,6 @@ fn deleted_names_can_be_recreated_with_fresh_content() {
     h.run(create("s", "text/plain")).unwrap();
     h.run(Command::Append(append("s", b"new"))).unwrap();
     assert_eq!(h.read_all("s"), b"new");
-}
-
-fn snapshot(name: &str, offset: u64, data: &[u8], digest: u8) -> Command {
-    Command::PutSnapshot(PutSnapshot {
-        name: name.into(),
-        offset,
-        content_type: "application/json".into(),
-        digest: [digest; 32],
-        server_made: false,
-        body: Body {
-            data: data.to_vec(),
-            message_ends: vec![],
-        },
-    })
-}
-
-#[test]
-fn snapshots_are_immutable_per_offset() {
-    let mut h = Harness::default();
-    h.run(create("s", "text/plain")).unwrap();
-    let at = next_offset(h.run(Command::Append(append("s", b"abc"))).unwrap());
-    assert_eq!(
-        h.run(snapshot("s", at.0, b"state", 1)),
-        Ok(Applied::SnapshotStored {
-            offset: at,
-            created: true
-        })
-    );
-    assert_eq!(
-        h.run(snapshot("s", at.0, b"state", 1)),
-        Ok(Applied::SnapshotStored {
-            offset: at,
-            created: false
-        })
-    );
-    assert_eq!(
-        h.run(snapshot("s", at.0, b"other", 2)),
-        Err(CoreError::SnapshotConflict)
-    );
-    assert_eq!(
-        h.run(snapshot("s", 99, b"x", 3)),
-        Err(CoreError::SnapshotOffsetInvalid)
-    );
-    assert_eq!(h.state.snapshot("s", None, T0).unwrap().offset, at.0);
-    h.run(Command::DeleteSnapshot {
-        name: "s".into(),
-        offset: at.0,
-    })
-    .unwrap();
-    assert_eq!(
-        h.state.snapshot("s", None, T0).unwrap_err(),
-        CoreError::SnapshotNotFound
-    );
-    assert_eq!(
-        h.run(Command::DeleteSnapshot {
-            name: "s".into(),
-            offset: at.0
-        }),
-        Err(CoreError::SnapshotNotFound)
-    );
-}
-
-#[test]
-fn bootstrap_starts_at_the_latest_snapshot() {
-    let mut h = Harness::default();
-    h.run(create("s", "text/plain")).unwrap();
-    h.run(Command::Append(append("s", b"old-"))).unwrap();
-    let at = next_offset(h.run(Command::Append(append("s", b"state-"))).unwrap());
-    h.run(snapshot("s", at.0, b"SNAP", 1)).unwrap();
-    h.run(Command::Append(append("s", b"new"))).unwrap();
-    let plan = h.state.plan_bootstrap("s", u64::MAX, T0).unwrap();
-    assert_eq!(plan.snapshot.as_ref().map(|s| s.len), Some(4));
-    assert_eq!(plan.snapshot_offset(), at);
-    let tail: Vec<u8> = plan
-        .tail
-        .slices
-        .iter()
-        .flat_map(|s| h.log[s.loc as usize..(s.loc + s.len) as usize].to_vec())
-        .collect();
-    assert_eq!(tail, b"new");
-    assert!(plan.tail.up_to_date());
-}
-
-#[test]
-fn trimmed_history_answers_gone_with_the_earliest_offset() {
-    let mut h = Harness::default();
-    h.run(create("s", "text/plain")).unwrap();
-    let first = next_offset(h.run(Command::Append(append("s", b"one"))).unwrap());
-    h.run(snapshot("s", 0, b"s0", 1)).unwrap();
-    h.run(snapshot("s", first.0, b"s1", 2)).unwrap();
-    h.run(Command::Append(append("s", b"two"))).unwrap();
-    assert_eq!(
-        h.run(Command::Trim {
-            name: "s".into(),
-            before: 1
-        }),
-        Ok(Applied::Trimmed {
-            earliest: Offset(1)
-        })
-    );
-    assert_eq!(
-        h.run(Command::Trim {
-            name: "s".into(),
-            before: first.0
-        }),
-        Ok(Applied::Trimmed { earliest: first })
-    );
-    assert_eq!(
-        h.read_at("s", ReadFrom::At(Offset(0)), 10).unwrap_err(),
-        CoreError::Trimmed { earliest: first }
-    );
-    assert_eq!(
-        h.read_all("s"),
-        b"two",
-        "reads from the start begin at the trim point"
-    );
-    assert_eq!(
-        h.state.snapshot("s", Some(0), T0).unwrap_err(),
-        CoreError::SnapshotNotFound
-    );
-    assert_eq!(h.state.snapshot("s", None, T0).unwrap().offset, first.0);
-    assert_eq!(
-        h.run(Command::Trim {
-            name: "s".into(),
-            before: 999
-        }),
-        Err(CoreError::TrimOffsetInvalid)
-    );
-    let replayed = h.replayed();
-    assert_eq!(replayed.stream_by_name("s").unwrap().earliest, first.0);
-}
-
-#[test]
-fn retention_trims_by_bytes_and_by_age() {
-    let mut h = Harness::default();
-    h.run_at(
-        T0,
-        create_with("r", "text/plain", |c| {
-            c.retention = Retention {
-                max_bytes: Some(6),
-                max_age_secs: Some(60),
-            };
-        }),
-    )
-    .unwrap();
-    for (i, chunk) in ["aaa", "bbb", "ccc"].iter().enumerate() {
-        h.run_at(
-            T0 + i as i64 * 1000,
-            Command::Append(append("r", chunk.as_bytes())),
-        )
-        .unwrap();
-    }
-    // 9 bytes kept against a 6-byte limit: the first append goes.
-    assert_eq!(
-        h.state.retention_trims(T0 + 2000),
-        vec![("r".to_string(), 3)]
-    );
-    // After 61 s the first two appends are also too old.
-    assert_eq!(
-        h.state.retention_trims(T0 + 61_500),
-        vec![("r".to_string(), 6)]
-    );
 }
 
 /// A random operation against a small name space.
