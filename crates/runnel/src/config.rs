@@ -56,6 +56,18 @@ pub struct ServeArgs {
     /// SSE and long-poll readers at most; more get 503 [default: 40000].
     #[arg(long)]
     pub max_live_readers: Option<usize>,
+    /// Largest snapshot body in bytes; larger get 413 [default: 134217728].
+    #[arg(long)]
+    pub max_snapshot_bytes: Option<u64>,
+    /// Most message bytes after the snapshot in one bootstrap [default: 67108864].
+    #[arg(long)]
+    pub max_bootstrap_bytes: Option<u64>,
+    /// Seconds between checkpoints (and log garbage collection) [default: 300].
+    #[arg(long)]
+    pub checkpoint_interval_secs: Option<u64>,
+    /// Log bytes that trigger a checkpoint sooner [default: 268435456].
+    #[arg(long)]
+    pub checkpoint_bytes: Option<u64>,
     /// Queued proposals per group before writes get 503 [default: 65536].
     #[arg(long)]
     pub max_pending_proposals: Option<usize>,
@@ -123,6 +135,19 @@ impl ServeArgs {
         }
         if let Some(ms) = pick!(sse_max_duration_ms) {
             server.sse_max_duration = Duration::from_millis(ms);
+        }
+        if let Some(bytes) = pick!(max_snapshot_bytes) {
+            server.max_snapshot_bytes = bytes;
+            engine.compaction.max_snapshot_bytes = bytes;
+        }
+        if let Some(bytes) = pick!(max_bootstrap_bytes) {
+            server.max_bootstrap_bytes = bytes.max(1);
+        }
+        if let Some(secs) = pick!(checkpoint_interval_secs) {
+            engine.checkpoint_interval = Duration::from_secs(secs.max(1));
+        }
+        if let Some(bytes) = pick!(checkpoint_bytes) {
+            engine.checkpoint_bytes = bytes.max(1 << 20);
         }
         if let Some(ms) = pick!(write_stall_timeout_ms) {
             server.write_stall_timeout = Duration::from_millis(ms.max(1));
