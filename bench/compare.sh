@@ -72,7 +72,20 @@ EOF
       "$PEERS/bin/s2" lite --local-root "$data" --port "$PORT" >"$data.log" 2>&1 & ;;
     ursula)
       api=ursula
-      echo "ursula: write its config (raft.wal fsync=always, one peer) before enabling it here" >&2; exit 2 ;;
+      cat >"$data.toml" <<EOF
+[server]
+listen = "127.0.0.1:$PORT"
+cluster_id = "runnel-bench"
+[raft.wal]
+path = "$data"
+fsync = "always"
+[[raft.peers]]
+node_id = 1
+url = "http://127.0.0.1:$PORT"
+[storage.cold]
+backend = "none"
+EOF
+      "$PEERS/bin/ursula" server --config "$data.toml" --node-id 1 >"$data.log" 2>&1 & ;;
   esac
   server_pid=$!
   for _ in $(seq 300); do

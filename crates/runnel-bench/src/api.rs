@@ -61,8 +61,25 @@ impl ApiStyle {
         h
     }
 
-    /// Whatever must exist before streams can be created.
+    /// Whatever must exist before streams can be created: S2's basin,
+    /// Ursula's bucket.
     pub async fn prepare(self, conn: &mut Connection) -> Result<(), BenchError> {
+        if self == ApiStyle::Ursula {
+            let reply = Call {
+                method: Method::PUT,
+                path: format!("/{NAMESPACE}"),
+                headers: vec![],
+                body: Bytes::new(),
+            }
+            .send(conn)
+            .await?;
+            if !reply.status.is_success() && reply.status != http::StatusCode::CONFLICT {
+                return Err(BenchError::Setup(format!(
+                    "creating the Ursula bucket: {}",
+                    reply.status
+                )));
+            }
+        }
         if self == ApiStyle::S2 {
             let body = serde_json::json!({ "basin": NAMESPACE }).to_string();
             let reply = Call {
