@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicI64;
 
 use crate::codec::{CodecError, Reader, Writer};
-use crate::command::{ForkFrom, Retention};
+use crate::command::{read_fork, write_fork, Retention};
 use crate::state::StreamsState;
 use crate::stream::{
     media_type, Chunk, ContentKind, ForkBase, ProducerState, SnapshotRef, StreamState,
@@ -84,15 +84,7 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
         }
         None => w.bool(false),
     }
-    match &s.fork_spec {
-        Some(f) => {
-            w.bool(true);
-            w.str(&f.source);
-            w.opt_u64(f.offset);
-            w.u64(f.sub_offset);
-        }
-        None => w.bool(false),
-    }
+    write_fork(w, s.fork_spec.as_ref());
     w.u64(s.chunks.len() as u64);
     for c in &s.chunks {
         w.u64(c.start);
@@ -167,15 +159,7 @@ fn decode_stream(r: &mut Reader<'_>) -> Result<StreamState, CodecError> {
     } else {
         None
     };
-    let fork_spec = if r.bool()? {
-        Some(ForkFrom {
-            source: r.string()?,
-            offset: r.opt_u64()?,
-            sub_offset: r.u64()?,
-        })
-    } else {
-        None
-    };
+    let fork_spec = read_fork(r)?;
     let chunk_count = r.u64()?;
     let mut chunks = Vec::new();
     for _ in 0..chunk_count {

@@ -156,6 +156,30 @@ impl Command {
     }
 }
 
+/// Fork parameters in the entry and checkpoint encodings.
+pub(crate) fn write_fork(w: &mut Writer, fork: Option<&ForkFrom>) {
+    match fork {
+        Some(f) => {
+            w.bool(true);
+            w.str(&f.source);
+            w.opt_u64(f.offset);
+            w.u64(f.sub_offset);
+        }
+        None => w.bool(false),
+    }
+}
+
+pub(crate) fn read_fork(r: &mut Reader<'_>) -> Result<Option<ForkFrom>, CodecError> {
+    if !r.bool()? {
+        return Ok(None);
+    }
+    Ok(Some(ForkFrom {
+        source: r.string()?,
+        offset: r.opt_u64()?,
+        sub_offset: r.u64()?,
+    }))
+}
+
 /// A command with the time it was proposed: the unit that is logged.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Entry {
@@ -200,15 +224,7 @@ impl Entry {
                 w.opt_u64(c.ttl_secs);
                 w.opt_i64(c.expires_at_ms);
                 w.bool(c.closed);
-                match &c.fork {
-                    Some(f) => {
-                        w.bool(true);
-                        w.str(&f.source);
-                        w.opt_u64(f.offset);
-                        w.u64(f.sub_offset);
-                    }
-                    None => w.bool(false),
-                }
+                write_fork(&mut w, c.fork.as_ref());
                 w.bool(c.compaction);
                 w.opt_u64(c.retention.max_bytes);
                 w.opt_u64(c.retention.max_age_secs);
@@ -291,15 +307,7 @@ impl Entry {
                 let ttl_secs = r.opt_u64()?;
                 let expires_at_ms = r.opt_i64()?;
                 let closed = r.bool()?;
-                let fork = if r.bool()? {
-                    Some(ForkFrom {
-                        source: r.string()?,
-                        offset: r.opt_u64()?,
-                        sub_offset: r.u64()?,
-                    })
-                } else {
-                    None
-                };
+                let fork = read_fork(&mut r)?;
                 let compaction = r.bool()?;
                 let retention = Retention {
                     max_bytes: r.opt_u64()?,
