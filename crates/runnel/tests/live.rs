@@ -201,3 +201,39 @@ async fn connection_churn_leaves_no_memory_behind() {
         "RSS grew by {grown} bytes over 8000 cycles"
     );
 }
+
+#[tokio::test]
+async fn a_long_poll_sees_the_stream_close_while_it_waits() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--long-poll-timeout-ms", "5000"]).await;
+    let client = reqwest::Client::new();
+    let url = server.stream_url("closing");
+    create(&client, &url, "data").await;
+    let waiting = {
+        let (client, url) = (client.clone(), url.clone());
+        tokio::spawn(async move {
+            client
+                .get(format!("{url}?offset=now&live=long-poll"))
+                .send()
+                .await
+                .unwrap()
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let started = Instant::now();
+    let close = client
+        .post(&url)
+        .header("stream-closed", "true")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(close.status(), 204);
+    let r = waiting.await.unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "woken by the close, not the timeout"
+    );
+    assert_eq!(r.status(), 204);
+    assert_eq!(r.headers()["stream-closed"], "true");
+    assert_eq!(r.headers()["stream-up-to-date"], "true");
+}

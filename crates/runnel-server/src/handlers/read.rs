@@ -55,9 +55,9 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
     let engine = app.node.engine_for(&name);
     let mut result = engine.read(&name, from, app.config.max_read_bytes)?;
     if live == Live::LongPoll && result.body.is_empty() {
-        match wait_for_data(engine, &result.plan, &app).await? {
-            Some(newer) => result = newer,
-            None => return Ok(no_new_data(&result.plan, query.cursor.as_deref())),
+        match wait_for_data(engine, result.plan, &app).await? {
+            Waited::Data(newer) => result = newer,
+            Waited::Nothing(plan) => return Ok(no_new_data(&plan, query.cursor.as_deref())),
         }
     }
 
@@ -72,36 +72,43 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
     ))
 }
 
+/// What a long-poll found.
+enum Waited {
+    Data(ReadResult),
+    /// No new bytes before the timeout, or the stream closed: the latest
+    /// plan, for the 204's headers.
+    Nothing(ReadPlan),
+}
+
 /// Waits until the stream has bytes past the plan, closes, or the
-/// long-poll timeout passes (`None`).
+/// long-poll timeout passes.
 async fn wait_for_data(
     engine: &dyn GroupEngine,
-    plan: &ReadPlan,
+    plan: ReadPlan,
     app: &AppState,
-) -> Result<Option<ReadResult>, ApiError> {
+) -> Result<Waited, ApiError> {
     if plan.reached_close() {
-        return Ok(None);
+        return Ok(Waited::Nothing(plan));
     }
     let _reader = Arc::clone(&app.live_readers)
         .try_acquire_owned()
         .map_err(|_| ApiError::TooManyLiveReaders)?;
-    let id = plan.info.id;
+    let (id, position) = (plan.info.id, plan.next.position());
     let deadline = tokio::time::Instant::now() + app.config.long_poll_timeout;
     // Subscribe first, then look: a commit in between still wakes us.
     let mut changes = engine.subscribe(id);
     loop {
-        let result = engine.read_by_id(id, plan.next.position(), app.config.max_read_bytes)?;
-        if !result.body.is_empty() || result.plan.reached_close() {
-            return Ok(Some(result).filter(|r| !r.body.is_empty()));
+        let result = engine.read_by_id(id, position, app.config.max_read_bytes)?;
+        if !result.body.is_empty() {
+            return Ok(Waited::Data(result));
+        }
+        if result.plan.reached_close() {
+            return Ok(Waited::Nothing(result.plan));
         }
         match tokio::time::timeout_at(deadline, changes.changed()).await {
             Ok(Ok(())) => continue,
-            // The notifier went away: the stream is gone; the next read says so.
-            Ok(Err(_)) => {
-                engine.read_by_id(id, plan.next.position(), 1)?;
-                return Ok(None);
-            }
-            Err(_) => return Ok(None),
+            // Timed out (the notifier cannot go away while we hold it).
+            Ok(Err(_)) | Err(_) => return Ok(Waited::Nothing(result.plan)),
         }
     }
 }
