@@ -1,5 +1,6 @@
 //! Background upkeep of stream history, proposed like any other command so
-//! that it is logged (and, in a cluster, replicated):
+//! that it is logged (and, in a cluster, replicated), plus the pruning of
+//! idle reader notifications:
 //!
 //! - expiry: streams whose TTL or expiry passed are expired;
 //! - retention: streams with a byte or age limit are trimmed;
@@ -50,6 +51,7 @@ pub(crate) async fn upkeep(
 }
 
 async fn upkeep_group(group: &LocalGroup, policy: CompactionPolicy) -> Result<(), EngineError> {
+    group.prune_tails();
     let now = now_ms();
     let (expired, trims, work) = group.with_state(|state| {
         (

@@ -123,6 +123,12 @@ impl LocalGroup {
         }
     }
 
+    /// Drops notifier channels nobody listens to any more (a stream whose
+    /// readers left and which is never written again would keep one).
+    pub(crate) fn prune_tails(&self) -> usize {
+        self.tails.watched()
+    }
+
     /// Streams in the group (live and soft-deleted).
     pub fn stream_count(&self) -> usize {
         self.state.read().expect("state lock").stream_count()
