@@ -88,16 +88,7 @@ async fn closure_producers_forks_and_deletes_survive_restart() {
             .send()
             .await
             .unwrap();
-        let r = client
-            .post(&src)
-            .header("content-type", "text/plain")
-            .header("producer-id", "p")
-            .header("producer-epoch", "2")
-            .header("producer-seq", "0")
-            .body("def")
-            .send()
-            .await
-            .unwrap();
+        let r = produce(&client, &src, ("p", 2, 0), "def").await;
         assert_eq!(r.status(), 200);
         let fork = server.stream_url("restart/fork");
         let r = client
@@ -132,43 +123,37 @@ async fn closure_producers_forks_and_deletes_survive_restart() {
         .send()
         .await
         .unwrap();
-    let post = |epoch: &str, seq: &str| {
-        client
-            .post(&other)
-            .header("content-type", "text/plain")
-            .header("producer-id", "q")
-            .header("producer-epoch", epoch.to_string())
-            .header("producer-seq", seq.to_string())
-            .body("x")
-            .send()
-    };
-    assert_eq!(post("1", "0").await.unwrap().status(), 200);
+    assert_eq!(
+        produce(&client, &other, ("q", 1, 0), "x").await.status(),
+        200
+    );
     drop(server);
     let server = Server::start(dir.path(), &[]).await;
     let other = server.stream_url("restart/producer");
-    let r = client
-        .post(&other)
-        .header("content-type", "text/plain")
-        .header("producer-id", "q")
-        .header("producer-epoch", "0")
-        .header("producer-seq", "1")
-        .body("zombie")
-        .send()
-        .await
-        .unwrap();
+    let r = produce(&client, &other, ("q", 0, 1), "zombie").await;
     assert_eq!(r.status(), 403);
     assert_eq!(r.headers()["producer-epoch"], "1");
-    let dup = client
-        .post(&other)
+    let dup = produce(&client, &other, ("q", 1, 0), "x").await;
+    assert_eq!(dup.status(), 204, "the retry is a duplicate after restart");
+}
+
+/// An append by an idempotent producer `(id, epoch, seq)`.
+async fn produce(
+    client: &reqwest::Client,
+    url: &str,
+    (id, epoch, seq): (&str, u64, u64),
+    body: &'static str,
+) -> reqwest::Response {
+    client
+        .post(url)
         .header("content-type", "text/plain")
-        .header("producer-id", "q")
-        .header("producer-epoch", "1")
-        .header("producer-seq", "0")
-        .body("x")
+        .header("producer-id", id)
+        .header("producer-epoch", epoch.to_string())
+        .header("producer-seq", seq.to_string())
+        .body(body)
         .send()
         .await
-        .unwrap();
-    assert_eq!(dup.status(), 204, "the retry is a duplicate after restart");
+        .unwrap()
 }
 
 #[tokio::test]
