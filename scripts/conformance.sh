@@ -1,25 +1,92 @@
 #!/usr/bin/env bash
 # Runs the Durable Streams conformance suite (npm package pinned in
 # conformance/package-lock.json) against a release build of runnel on
-# durable storage. Usage: scripts/conformance.sh [path/to/runnel]
+# durable storage.
+#
+# Usage: scripts/conformance.sh [path/to/runnel] [--cluster]
+#
+# With --cluster it starts a 3-node cluster on loopback (one Raft group)
+# and runs the suite through a node that leads no group, so every request
+# is forwarded to the leader.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${1:-$root/target/release/runnel}
+bin=$root/target/release/runnel
+cluster=0
+for arg in "$@"; do
+  case "$arg" in
+    --cluster) cluster=1 ;;
+    *) bin=$arg ;;
+  esac
+done
 [ -x "$bin" ] || { echo "conformance: no runnel binary at $bin (cargo build --release)" >&2; exit 1; }
 
 (cd "$root/conformance" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 
 data=$(mktemp -d)
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-log="$data/server.log"
-"$bin" serve --listen "127.0.0.1:$port" --data-dir "$data/db" --long-poll-timeout-ms 500 >"$log" 2>&1 &
-pid=$!
-trap 'kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; rm -rf "$data"' EXIT
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  sleep 0.1
-done
-curl -sf "http://127.0.0.1:$port/health" >/dev/null || { cat "$log" >&2; echo "conformance: server did not start" >&2; exit 1; }
+pids=()
+cleanup() {
+  for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
+  for pid in "${pids[@]}"; do wait "$pid" 2>/dev/null || true; done
+  rm -rf "$data"
+}
+trap cleanup EXIT
+
+# A free port whose successor is free too (a cluster node's Raft port).
+free_port_pair() {
+  python3 - <<'PY'
+import socket
+while True:
+    a = socket.socket(); a.bind(("127.0.0.1", 0)); port = a.getsockname()[1]
+    b = socket.socket()
+    try:
+        b.bind(("127.0.0.1", port + 1))
+    except OSError:
+        continue
+    finally:
+        b.close()
+    a.close(); print(port); break
+PY
+}
+
+wait_healthy() {
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0
+    sleep 0.1
+  done
+  cat "$data"/*.log >&2
+  echo "conformance: server on port $1 did not start" >&2
+  exit 1
+}
+
+common=(--long-poll-timeout-ms 500)
+if [ "$cluster" = 0 ]; then
+  port=$(free_port_pair)
+  "$bin" serve --listen "127.0.0.1:$port" --data-dir "$data/db" "${common[@]}" >"$data/server.log" 2>&1 &
+  pids+=($!)
+  wait_healthy "$port"
+  target=$port
+else
+  ports=()
+  peers=""
+  for id in 1 2 3; do
+    port=$(free_port_pair)
+    ports+=("$port")
+    peers="$peers${peers:+,}$id=127.0.0.1:$port"
+  done
+  for id in 1 2 3; do
+    "$bin" serve --node-id "$id" --peers "$peers" --groups 1 --data-dir "$data/n$id" "${common[@]}" \
+      >"$data/n$id.log" 2>&1 &
+    pids+=($!)
+  done
+  for port in "${ports[@]}"; do wait_healthy "$port"; done
+  # Group 0 prefers node 1; test through node 3, which leads nothing.
+  target=${ports[2]}
+  for _ in $(seq 100); do
+    "$bin" ctl status --target "http://127.0.0.1:$target" --json | grep -q '"leader": 1' && break
+    sleep 0.1
+  done
+  "$bin" ctl status --target "http://127.0.0.1:$target"
+fi
 
 cd "$root/conformance"
-CONFORMANCE_TEST_URL="http://127.0.0.1:$port" npx vitest run conformance.test.mjs --reporter=dot
+CONFORMANCE_TEST_URL="http://127.0.0.1:$target" npx vitest run conformance.test.mjs --reporter=dot

@@ -17,3 +17,5 @@ echo "== conformance suite"
 # cargo test built the release binary for the end-to-end tests; reuse it.
 [ -x target/release/runnel ] || cargo build --release --locked -p runnel
 scripts/conformance.sh "$root/target/release/runnel"
+echo "== conformance suite through a 3-node cluster"
+scripts/conformance.sh "$root/target/release/runnel" --cluster

@@ -17,8 +17,7 @@ use runnel_core::json::render_json_array;
 use runnel_core::state_protocol::MaterializedState;
 use runnel_core::{Body, Command, CompactionWork, Entry, Offset, PutSnapshot};
 
-use crate::local::LocalGroup;
-use crate::{now_ms, EngineError, GroupEngine};
+use crate::{now_ms, EngineError, MaintainedGroup};
 
 /// When the compactor acts.
 #[derive(Debug, Clone, Copy)]
@@ -33,8 +32,8 @@ pub struct CompactionPolicy {
 }
 
 /// Runs expiry, retention and compaction every `interval` until aborted.
-pub(crate) async fn upkeep(
-    groups: Vec<Arc<LocalGroup>>,
+pub(crate) async fn upkeep<G: MaintainedGroup + ?Sized>(
+    groups: Vec<Arc<G>>,
     interval: Duration,
     policy: CompactionPolicy,
 ) {
@@ -42,18 +41,21 @@ pub(crate) async fn upkeep(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        for group in &groups {
-            if let Err(err) = upkeep_group(group, policy).await {
+        for group in groups.iter().filter(|g| g.leads()) {
+            if let Err(err) = upkeep_group(group.as_ref(), policy).await {
                 tracing::warn!(group = group.index(), error = %err, "stream upkeep failed");
             }
         }
     }
 }
 
-async fn upkeep_group(group: &LocalGroup, policy: CompactionPolicy) -> Result<(), EngineError> {
-    group.prune_tails();
+async fn upkeep_group<G: MaintainedGroup + ?Sized>(
+    group: &G,
+    policy: CompactionPolicy,
+) -> Result<(), EngineError> {
+    group.view().tails.watched();
     let now = now_ms();
-    let (expired, trims, work) = group.with_state(|state| {
+    let (expired, trims, work) = group.view().with_state(|state| {
         (
             state.expired_ids(now),
             state.retention_trims(now),
@@ -65,7 +67,7 @@ async fn upkeep_group(group: &LocalGroup, policy: CompactionPolicy) -> Result<()
             now_ms: now,
             command: Command::Expire { ids: expired },
         };
-        benign(group.submit(entry).await.map(drop))?;
+        benign(group.submit_entry(entry).await.map(drop))?;
     }
     for (name, before) in trims {
         benign(
@@ -92,14 +94,14 @@ fn benign(result: Result<(), EngineError>) -> Result<(), EngineError> {
 
 /// Folds a stream's last server snapshot and the messages since into a new
 /// server snapshot at the stream's tail (as it was when planned).
-async fn compact(
-    group: &LocalGroup,
+async fn compact<G: MaintainedGroup + ?Sized>(
+    group: &G,
     work: CompactionWork,
     policy: CompactionPolicy,
 ) -> Result<(), EngineError> {
     let mut state = MaterializedState::default();
     if let Some(snapshot) = &work.snapshot {
-        let (_, bytes) = group.snapshot(&work.name, Some(snapshot.offset))?;
+        let (_, bytes) = group.view().snapshot(&work.name, Some(snapshot.offset))?;
         if state.apply_array(&bytes).is_err() {
             tracing::warn!(stream = %work.name, "previous server snapshot is not a JSON array; starting over");
             state = MaterializedState::default();
@@ -107,7 +109,7 @@ async fn compact(
     }
     let mut position = work.from;
     while position < work.tail {
-        let read = group.read_by_id(work.id, position, 4 << 20)?;
+        let read = group.view().read_by_id(work.id, position, 4 << 20)?;
         if read.body.is_empty() {
             break;
         }

@@ -16,17 +16,20 @@
 
 mod checkpoint;
 mod clock;
+pub mod cluster;
 pub mod history;
 pub mod local;
 pub mod node;
+pub mod raft;
 pub mod tail;
+mod view;
 
 use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
 use runnel_core::{
-    Applied, BootstrapPlan, Command, CoreError, ReadFrom, ReadPlan, SnapshotRef, StreamId,
+    Applied, BootstrapPlan, Command, CoreError, Entry, ReadFrom, ReadPlan, SnapshotRef, StreamId,
     StreamInfo,
 };
 use tokio::sync::watch;
@@ -55,12 +58,61 @@ pub enum EngineError {
     CrossGroupFork,
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// This node does not lead the stream's group (leadership moved while
+    /// the request was on its way); the client should retry.
+    #[error("this node is not the leader of the stream's group (leader: {})", .0.map_or("unknown".to_string(), |n| format!("node {n}")))]
+    NotLeader(Option<u64>),
+    /// Replication failed (no quorum, or the group stopped).
+    #[error("replication failed: {0}")]
+    Replication(String),
 }
 
 impl EngineError {
     pub fn is_out_of_space(&self) -> bool {
         matches!(self, EngineError::Storage(e) if e.is_out_of_space())
     }
+}
+
+/// Where a request for a stream is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// By this node.
+    Local,
+    /// By another node, the leader of the stream's group, at this HTTP
+    /// address.
+    Forward { node: u64, addr: String },
+    /// The stream's group has no leader at the moment (an election is
+    /// under way, or no quorum is reachable).
+    NoLeader,
+}
+
+/// A node as the HTTP layer sees it: a single node or a cluster member.
+pub trait NodeEngine: Send + Sync + 'static {
+    /// Proposes a command to the group of the streams it names.
+    fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, EngineError>>;
+
+    /// The group engine that owns `name`.
+    fn engine_for(&self, name: &str) -> &dyn GroupEngine;
+
+    fn head(&self, name: &str) -> Result<StreamInfo, EngineError> {
+        self.engine_for(name).head(name)
+    }
+
+    /// Why the node cannot take writes, if it cannot (its log failed).
+    fn write_failure(&self) -> Option<String>;
+
+    /// Which node serves requests for `name`.
+    fn route(&self, _name: &str) -> Route {
+        Route::Local
+    }
+
+    /// How this node names itself to others (its node id in a cluster).
+    fn node_label(&self) -> String {
+        "single".into()
+    }
+
+    /// The node, its groups and their leaders, for `runnel ctl status`.
+    fn status(&self) -> serde_json::Value;
 }
 
 /// A read's plan and its bytes as stored (JSON streams: `m1,m2,`).
@@ -111,4 +163,48 @@ pub struct Bootstrap {
     pub plan: BootstrapPlan,
     pub snapshot: Option<Bytes>,
     pub tail: Bytes,
+}
+
+/// A group as the node's background upkeep sees it.
+pub(crate) trait MaintainedGroup: GroupEngine {
+    fn index(&self) -> u32;
+    fn view(&self) -> &view::GroupView;
+    /// Whether this node proposes the group's upkeep (expiry, retention,
+    /// compaction): in a cluster only the group's leader does.
+    fn leads(&self) -> bool {
+        true
+    }
+    /// Proposes an entry as it is (its clock reading included).
+    fn submit_entry(&self, entry: Entry) -> BoxFuture<'_, Result<Applied, EngineError>>;
+}
+
+/// Proposes `command`, preceded by the expiry of any stream it names whose
+/// TTL passed. Expiry is decided here, by the proposer, and logged;
+/// applying never consults the sliding TTL (reads renew it unlogged).
+pub(crate) async fn propose_with_expiry<G: MaintainedGroup + ?Sized>(
+    group: &G,
+    command: Command,
+) -> Result<Applied, EngineError> {
+    let now = now_ms();
+    let expired: Vec<StreamId> = group.view().with_state(|state| {
+        command
+            .names()
+            .into_iter()
+            .filter_map(|name| state.expired_id(name, now))
+            .collect()
+    });
+    if !expired.is_empty() {
+        group
+            .submit_entry(Entry {
+                now_ms: now,
+                command: Command::Expire { ids: expired },
+            })
+            .await?;
+    }
+    group
+        .submit_entry(Entry {
+            now_ms: now,
+            command,
+        })
+        .await
 }

@@ -10,18 +10,14 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
-use bytes::Bytes;
-use runnel_core::{
-    Applied, Command, Entry, ReadFrom, ReadPlan, Slice, SnapshotRef, StreamId, StreamInfo,
-    StreamsState,
-};
+use runnel_core::{Applied, Command, Entry, StreamsState};
 use runnel_log::{Log, LogError};
 use tokio::sync::{mpsc, oneshot, watch};
 
-use crate::tail::TailNotifier;
-use crate::{now_ms, Bootstrap, BoxFuture, EngineError, GroupEngine, ReadResult};
+use crate::view::{delegate_reads_to_view, GroupView};
+use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
 
 /// The durable position of the shared log, or the error that stopped it.
 pub type DurableState = Result<u64, LogError>;
@@ -53,10 +49,8 @@ struct InFlight {
 
 pub struct LocalGroup {
     index: u32,
-    state: Arc<RwLock<StreamsState>>,
-    log: Arc<Log>,
+    pub(crate) view: GroupView,
     proposals: mpsc::Sender<Proposal>,
-    tails: Arc<TailNotifier>,
     inflight_bytes: Arc<AtomicU64>,
     /// End of the last applied log record of this group (changed only
     /// under the state's write lock, so a reader holding the read lock
@@ -86,19 +80,15 @@ impl LocalGroup {
         let (tx, rx) = mpsc::channel(limits.max_pending_proposals.max(1));
         let group = Arc::new(LocalGroup {
             index,
-            state: Arc::new(RwLock::new(state)),
-            log,
+            view: GroupView::new(state, log),
             proposals: tx,
-            tails: Arc::new(TailNotifier::default()),
             inflight_bytes: Arc::new(AtomicU64::new(0)),
             applied_end: Arc::new(AtomicU64::new(applied_end)),
             limits,
         });
         let task = CommitTask {
             index,
-            state: Arc::clone(&group.state),
-            log: Arc::clone(&group.log),
-            tails: Arc::clone(&group.tails),
+            view: group.view.clone(),
             inflight_bytes: Arc::clone(&group.inflight_bytes),
             applied_end: Arc::clone(&group.applied_end),
             pending: VecDeque::new(),
@@ -115,7 +105,7 @@ impl LocalGroup {
     /// The group's state, its applied position and its live log ranges,
     /// captured together.
     pub(crate) fn checkpoint(&self) -> GroupCheckpoint {
-        let state = self.state.read().expect("state lock");
+        let state = self.view.state.read().expect("state lock");
         GroupCheckpoint {
             applied_end: self.applied_end.load(Ordering::Acquire),
             state: state.encode_checkpoint(),
@@ -123,15 +113,9 @@ impl LocalGroup {
         }
     }
 
-    /// Drops notifier channels nobody listens to any more (a stream whose
-    /// readers left and which is never written again would keep one).
-    pub(crate) fn prune_tails(&self) -> usize {
-        self.tails.watched()
-    }
-
     /// Streams in the group (live and soft-deleted).
     pub fn stream_count(&self) -> usize {
-        self.state.read().expect("state lock").stream_count()
+        self.view.with_state(|s| s.stream_count())
     }
 
     pub(crate) async fn submit(&self, entry: Entry) -> Result<Applied, EngineError> {
@@ -157,144 +141,34 @@ impl LocalGroup {
         }
         answer.await.map_err(|_| EngineError::ShuttingDown)?
     }
+}
 
-    fn fetch(&self, plan: ReadPlan) -> Result<ReadResult, EngineError> {
-        let body = self.copy_slices(&plan.slices)?;
-        Ok(ReadResult { plan, body })
+impl MaintainedGroup for LocalGroup {
+    fn index(&self) -> u32 {
+        self.index
     }
 
-    fn copy_slices(&self, slices: &[Slice]) -> Result<Bytes, EngineError> {
-        let total: u64 = slices.iter().map(|s| s.len).sum();
-        let mut body = vec![0u8; total as usize];
-        let mut at = 0;
-        for slice in slices {
-            let end = at + slice.len as usize;
-            self.log
-                .read_at(slice.loc, &mut body[at..end])
-                .map_err(EngineError::Storage)?;
-            at = end;
-        }
-        Ok(Bytes::from(body))
+    fn view(&self) -> &GroupView {
+        &self.view
     }
 
-    fn snapshot_bytes(&self, snapshot: &SnapshotRef) -> Result<Bytes, EngineError> {
-        self.copy_slices(&[Slice {
-            loc: snapshot.loc,
-            len: snapshot.len,
-        }])
-    }
-
-    /// State under a shared lock, for the background tasks.
-    pub(crate) fn with_state<T>(&self, f: impl FnOnce(&StreamsState) -> T) -> T {
-        f(&self.state.read().expect("state lock"))
+    fn submit_entry(&self, entry: Entry) -> BoxFuture<'_, Result<Applied, EngineError>> {
+        Box::pin(self.submit(entry))
     }
 }
 
 impl GroupEngine for LocalGroup {
     fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, EngineError>> {
-        Box::pin(async move {
-            let now = now_ms();
-            // Expiry is decided here, by the proposer, and logged; applying
-            // never consults the sliding TTL (reads renew it unlogged).
-            let expired: Vec<StreamId> = {
-                let state = self.state.read().expect("state lock");
-                command
-                    .names()
-                    .into_iter()
-                    .filter_map(|name| state.expired_id(name, now))
-                    .collect()
-            };
-            if !expired.is_empty() {
-                self.submit(Entry {
-                    now_ms: now,
-                    command: Command::Expire { ids: expired },
-                })
-                .await?;
-            }
-            self.submit(Entry {
-                now_ms: now,
-                command,
-            })
-            .await
-        })
+        Box::pin(propose_with_expiry(self, command))
     }
 
-    fn head(&self, name: &str) -> Result<StreamInfo, EngineError> {
-        Ok(self
-            .state
-            .read()
-            .expect("state lock")
-            .head(name, now_ms())?)
-    }
-
-    fn read(&self, name: &str, from: ReadFrom, max_bytes: u64) -> Result<ReadResult, EngineError> {
-        let plan =
-            self.state
-                .read()
-                .expect("state lock")
-                .plan_read(name, from, max_bytes, now_ms())?;
-        self.fetch(plan)
-    }
-
-    fn read_by_id(
-        &self,
-        id: StreamId,
-        position: u64,
-        max_bytes: u64,
-    ) -> Result<ReadResult, EngineError> {
-        let plan = self.state.read().expect("state lock").plan_read_by_id(
-            id,
-            position,
-            max_bytes,
-            now_ms(),
-        )?;
-        self.fetch(plan)
-    }
-
-    fn subscribe(&self, id: StreamId) -> watch::Receiver<u64> {
-        self.tails.subscribe(id)
-    }
-
-    fn snapshot(
-        &self,
-        name: &str,
-        offset: Option<u64>,
-    ) -> Result<(SnapshotRef, Bytes), EngineError> {
-        let snapshot = self
-            .state
-            .read()
-            .expect("state lock")
-            .snapshot(name, offset, now_ms())?;
-        let bytes = self.snapshot_bytes(&snapshot)?;
-        Ok((snapshot, bytes))
-    }
-
-    fn bootstrap(&self, name: &str, max_bytes: u64) -> Result<Bootstrap, EngineError> {
-        let plan =
-            self.state
-                .read()
-                .expect("state lock")
-                .plan_bootstrap(name, max_bytes, now_ms())?;
-        let snapshot = plan
-            .snapshot
-            .as_ref()
-            .map(|s| self.snapshot_bytes(s))
-            .transpose()?;
-        let tail = self.copy_slices(&plan.tail.slices)?;
-        Ok(Bootstrap {
-            plan,
-            snapshot,
-            tail,
-        })
-    }
+    delegate_reads_to_view!();
 }
 
 /// The task that orders, logs and applies one group's commands.
 struct CommitTask {
     index: u32,
-    state: Arc<RwLock<StreamsState>>,
-    log: Arc<Log>,
-    tails: Arc<TailNotifier>,
+    view: GroupView,
     inflight_bytes: Arc<AtomicU64>,
     applied_end: Arc<AtomicU64>,
     pending: VecDeque<InFlight>,
@@ -347,7 +221,7 @@ impl CommitTask {
         self.payload.clear();
         self.payload.extend_from_slice(&self.index.to_le_bytes());
         p.entry.encode_into(&mut self.payload);
-        match self.log.append(&self.payload) {
+        match self.view.log.append(&self.payload) {
             Ok(at) => {
                 p.entry.command.release_data();
                 self.pending.push_back(InFlight {
@@ -376,17 +250,14 @@ impl CommitTask {
             return;
         }
         let mut answers = Vec::new();
-        let changed = {
-            let mut state = self.state.write().expect("state lock");
+        self.view.apply(|state| {
             while self.pending.front().is_some_and(|f| f.end <= durable) {
                 let f = self.pending.pop_front().expect("front exists");
                 let result = state.apply(&f.entry, f.data_len, f.data_loc);
                 self.applied_end.store(f.end, Ordering::Release);
                 answers.push((f.reply, result, f.bytes));
             }
-            state.take_changed()
-        };
-        self.tails.notify(&changed);
+        });
         for (reply, result, bytes) in answers {
             self.inflight_bytes.fetch_sub(bytes, Ordering::AcqRel);
             let _ = reply.send(result.map_err(EngineError::Core));

@@ -23,9 +23,9 @@ use tokio::sync::watch;
 use crate::checkpoint;
 use crate::history::{self, CompactionPolicy};
 use crate::local::{DurableState, GroupLimits, LocalGroup};
-use crate::{now_ms, EngineError, GroupEngine, ReadResult};
+use crate::{now_ms, BoxFuture, EngineError, GroupEngine, NodeEngine, ReadResult};
 
-const META_FILE: &str = "runnel.meta";
+pub(crate) const META_FILE: &str = "runnel.meta";
 const FORMAT: u32 = 1;
 
 #[derive(Debug, Clone)]
@@ -88,6 +88,8 @@ pub enum OpenError {
     CorruptEntry { position: u64, reason: String },
     #[error("checkpoint: {reason}")]
     Checkpoint { reason: String },
+    #[error("configuration: {reason}")]
+    Config { reason: String },
 }
 
 pub struct Node {
@@ -103,7 +105,10 @@ impl Node {
     /// Must be called inside a Tokio runtime.
     pub fn open(config: &EngineConfig) -> Result<Arc<Node>, OpenError> {
         let groups = config.groups.max(1);
-        check_meta(&config.data_dir, groups)?;
+        check_meta(
+            &config.data_dir,
+            &format!("format = {FORMAT}\ngroups = {groups}\n"),
+        )?;
 
         let checkpoint = checkpoint::load(&config.data_dir, groups as usize)
             .map_err(|reason| OpenError::Checkpoint { reason })?;
@@ -268,6 +273,30 @@ impl Node {
     }
 }
 
+impl NodeEngine for Node {
+    fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, EngineError>> {
+        Box::pin(Node::propose(self, command))
+    }
+
+    fn engine_for(&self, name: &str) -> &dyn GroupEngine {
+        Node::engine_for(self, name)
+    }
+
+    fn write_failure(&self) -> Option<String> {
+        Node::write_failure(self)
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "mode": "single",
+            "groups": self.groups.len(),
+            "log_position": self.log_position(),
+            "log_segments": self.log_segments(),
+            "write_failure": self.write_failure(),
+        })
+    }
+}
+
 impl Drop for Node {
     fn drop(&mut self) {
         for task in &self.tasks {
@@ -370,14 +399,15 @@ fn refuse_collected_log_without_checkpoint(log_dir: &Path) -> Result<(), OpenErr
     }
 }
 
-fn check_meta(dir: &Path, groups: u32) -> Result<(), OpenError> {
+/// Checks that the data directory was made for this configuration (its
+/// meta file holds `expected`), writing the file in a new directory.
+pub(crate) fn check_meta(dir: &Path, expected: &str) -> Result<(), OpenError> {
     let io = |source| OpenError::Io {
         path: dir.to_path_buf(),
         source,
     };
     std::fs::create_dir_all(dir).map_err(io)?;
     let path = dir.join(META_FILE);
-    let expected = format!("format = {FORMAT}\ngroups = {groups}\n");
     match std::fs::read_to_string(&path) {
         Ok(found) if found == expected => Ok(()),
         Ok(found) => Err(OpenError::MetaMismatch {
@@ -386,7 +416,7 @@ fn check_meta(dir: &Path, groups: u32) -> Result<(), OpenError> {
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
             let tmp = dir.join(format!("{META_FILE}.tmp"));
-            std::fs::write(&tmp, &expected).map_err(io)?;
+            std::fs::write(&tmp, expected).map_err(io)?;
             std::fs::File::open(&tmp)
                 .and_then(|f| f.sync_all())
                 .map_err(io)?;

@@ -18,6 +18,8 @@ pub enum ApiError {
     MethodNotAllowed,
     /// The live-reader limit is reached: 503 with Retry-After.
     TooManyLiveReaders,
+    /// The stream's group has no reachable leader: 503 with Retry-After.
+    Unavailable(String),
     Engine(EngineError),
 }
 
@@ -63,6 +65,10 @@ impl IntoResponse for ApiError {
                     "too many live readers on this node; retry later".into(),
                 )
             }
+            ApiError::Unavailable(reason) => {
+                headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+                (StatusCode::SERVICE_UNAVAILABLE, reason)
+            }
             ApiError::Engine(e) => engine_status(e, &mut headers),
         };
         let mut response = (status, headers, format!("{reason}\n")).into_response();
@@ -78,7 +84,10 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
     let reason = e.to_string();
     let status = match e {
         EngineError::Core(core) => core_status(&core, headers),
-        EngineError::Overloaded | EngineError::ShuttingDown => {
+        EngineError::Overloaded
+        | EngineError::ShuttingDown
+        | EngineError::NotLeader(_)
+        | EngineError::Replication(_) => {
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
             StatusCode::SERVICE_UNAVAILABLE
         }

@@ -8,6 +8,7 @@
 
 pub mod cursor;
 pub mod error;
+pub mod forward;
 pub mod handlers;
 pub mod headers;
 pub mod listener;
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use axum::routing::{any, get};
 use axum::Router;
-use runnel_engine::Node;
+use runnel_engine::NodeEngine;
 
 /// Limits and timings of the HTTP layer.
 #[derive(Debug, Clone)]
@@ -68,7 +69,9 @@ impl Default for ServerConfig {
 /// What every handler gets.
 #[derive(Clone)]
 pub struct AppState {
-    pub node: Arc<Node>,
+    pub node: Arc<dyn NodeEngine>,
+    /// Relays requests to the leader of a stream's group (clusters).
+    pub forwarder: forward::Forwarder,
     pub config: Arc<ServerConfig>,
     /// One permit per live reader (SSE or long-poll).
     pub live_readers: Arc<tokio::sync::Semaphore>,
@@ -77,15 +80,17 @@ pub struct AppState {
 }
 
 /// The application: stream routes, health, and the protocol headers.
-pub fn router(node: Arc<Node>, config: ServerConfig) -> Router {
+pub fn router(node: Arc<dyn NodeEngine>, config: ServerConfig) -> Router {
     let state = AppState {
         node,
+        forwarder: forward::Forwarder::default(),
         live_readers: Arc::new(tokio::sync::Semaphore::new(config.max_live_readers.max(1))),
         sse_cache: Arc::default(),
         config: Arc::new(config),
     };
     Router::new()
         .route("/health", get(handlers::health))
+        .route("/_runnel/status", get(handlers::status))
         .route("/v1/stream/{*name}", any(handlers::stream))
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn(middleware::protocol_headers))

@@ -1,6 +1,7 @@
 //! `runnel serve` settings: command-line flags over a TOML file over
 //! defaults. The TOML keys are the flag names with `_` for `-`.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -74,6 +75,20 @@ pub struct ServeArgs {
     /// Body bytes in flight per group before writes get 503 [default: 536870912].
     #[arg(long)]
     pub max_inflight_bytes: Option<u64>,
+    /// This node's id in the cluster (a key of --peers).
+    #[arg(long)]
+    pub node_id: Option<u64>,
+    /// Every cluster node's HTTP address, this one's included:
+    /// `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`. Raft traffic uses each
+    /// node's port + 1. Without it the node runs alone.
+    #[arg(long)]
+    pub peers: Option<String>,
+}
+
+/// A cluster member's identity and its peers.
+pub struct ClusterSettings {
+    pub node_id: u64,
+    pub peers: BTreeMap<u64, String>,
 }
 
 /// Everything `serve` needs, resolved.
@@ -81,6 +96,33 @@ pub struct Settings {
     pub listen: SocketAddr,
     pub engine: EngineConfig,
     pub server: ServerConfig,
+    /// Set when the node is a cluster member.
+    pub cluster: Option<ClusterSettings>,
+}
+
+/// Parses `1=HOST:PORT,2=HOST:PORT`.
+fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+    let mut peers = BTreeMap::new();
+    for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+        let (id, addr) = item
+            .split_once('=')
+            .ok_or_else(|| format!("peer {item:?} is not ID=HOST:PORT"))?;
+        let id: u64 = id
+            .trim()
+            .parse()
+            .map_err(|_| format!("peer {item:?}: {id:?} is not a node id"))?;
+        let addr: SocketAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("peer {item:?}: {addr:?} is not HOST:PORT"))?;
+        if peers.insert(id, addr.to_string()).is_some() {
+            return Err(format!("node id {id} appears twice in --peers"));
+        }
+    }
+    if peers.is_empty() {
+        return Err("--peers lists no node".into());
+    }
+    Ok(peers)
 }
 
 impl ServeArgs {
@@ -102,6 +144,21 @@ impl ServeArgs {
         }
         let mut engine =
             EngineConfig::new(pick!(data_dir).unwrap_or_else(|| PathBuf::from("runnel-data")));
+        let cluster = match (pick!(node_id), self.peers.or(file.peers)) {
+            (None, None) => None,
+            (Some(_), None) => return Err("--node-id needs --peers".into()),
+            (None, Some(_)) => return Err("--peers needs --node-id".into()),
+            (Some(node_id), Some(peers)) => {
+                let peers = parse_peers(&peers)?;
+                if !peers.contains_key(&node_id) {
+                    return Err(format!("--peers does not list this node ({node_id})"));
+                }
+                // Groups spread over the nodes: a few per node and core.
+                let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+                engine.groups = (peers.len() * (cores / 2).max(1)) as u32;
+                Some(ClusterSettings { node_id, peers })
+            }
+        };
         if let Some(sync) = self.sync.or(file.sync) {
             engine.sync = sync.parse::<SyncMode>()?;
         }
@@ -165,10 +222,18 @@ impl ServeArgs {
             .saturating_add(1 << 20);
         engine.max_record_bytes = u32::try_from(record_limit)
             .map_err(|_| "max-append-bytes must be below 2 GiB".to_string())?;
+        let listen = match (pick!(listen), &cluster) {
+            (Some(listen), _) => listen,
+            (None, Some(c)) => c.peers[&c.node_id]
+                .parse()
+                .expect("peer addresses were parsed as socket addresses"),
+            (None, None) => SocketAddr::from(([127, 0, 0, 1], 4437)),
+        };
         Ok(Settings {
-            listen: pick!(listen).unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 4437))),
+            listen,
             engine,
             server,
+            cluster,
         })
     }
 }
@@ -213,5 +278,38 @@ mod tests {
             ..ServeArgs::default()
         };
         assert!(args.resolve().is_err());
+    }
+
+    #[test]
+    fn peers_give_the_cluster_and_the_default_listen_address() {
+        let args = ServeArgs {
+            node_id: Some(2),
+            peers: Some("1=127.0.0.1:5001, 2=127.0.0.1:5003,3=127.0.0.1:5005".into()),
+            ..ServeArgs::default()
+        };
+        let s = args.resolve().unwrap();
+        let cluster = s.cluster.expect("cluster settings");
+        assert_eq!(cluster.node_id, 2);
+        assert_eq!(cluster.peers.len(), 3);
+        assert_eq!(s.listen, "127.0.0.1:5003".parse().unwrap());
+        assert_eq!(s.engine.groups % 3, 0, "groups spread evenly over 3 nodes");
+
+        for (node_id, peers) in [
+            (Some(4), Some("1=127.0.0.1:5001")),
+            (Some(1), Some("1=127.0.0.1:5001,1=127.0.0.1:5002")),
+            (Some(1), Some("1=localhost")),
+            (None, Some("1=127.0.0.1:5001")),
+            (Some(1), None),
+        ] {
+            let args = ServeArgs {
+                node_id,
+                peers: peers.map(String::from),
+                ..ServeArgs::default()
+            };
+            assert!(
+                args.resolve().is_err(),
+                "{node_id:?} {peers:?} must be refused"
+            );
+        }
     }
 }

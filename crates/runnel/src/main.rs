@@ -2,6 +2,7 @@
 //! engine and HTTP server. Logic worth testing lives in the crates.
 
 mod config;
+mod ctl;
 
 /// mimalloc: the request path allocates small buffers from many threads,
 /// which glibc's allocator handles markedly slower.
@@ -10,8 +11,12 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::process::ExitCode;
 
+use std::sync::Arc;
+
 use clap::{Parser, Subcommand};
 use config::ServeArgs;
+use runnel_engine::cluster::{ClusterConfig, ClusterNode};
+use runnel_engine::NodeEngine;
 
 #[derive(Parser)]
 #[command(
@@ -33,6 +38,11 @@ enum Commands {
         #[command(subcommand)]
         command: runnel_bench::BenchCommand,
     },
+    /// Operator commands against a running node.
+    Ctl {
+        #[command(subcommand)]
+        command: ctl::CtlCommand,
+    },
 }
 
 fn main() -> ExitCode {
@@ -40,13 +50,14 @@ fn main() -> ExitCode {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RUNNEL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
         )
         .with_writer(std::io::stderr)
         .init();
     let result = match cli.command {
         Commands::Serve(args) => serve(*args),
         Commands::Bench { command } => runnel_bench::run(command).map_err(|e| e.to_string()),
+        Commands::Ctl { command } => ctl::run(command),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -65,10 +76,22 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
-        let node = runnel_engine::Node::open(&settings.engine).map_err(|e| e.to_string())?;
         let listener = tokio::net::TcpListener::bind(settings.listen)
             .await
             .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
+        let node: Arc<dyn NodeEngine> = match &settings.cluster {
+            None => runnel_engine::Node::open(&settings.engine).map_err(|e| e.to_string())?,
+            Some(cluster) => {
+                let config = ClusterConfig::new(
+                    settings.engine.clone(),
+                    cluster.node_id,
+                    cluster.peers.clone(),
+                );
+                ClusterNode::open(&config)
+                    .await
+                    .map_err(|e| e.to_string())?
+            }
+        };
         let local = listener.local_addr().map_err(|e| e.to_string())?;
         tracing::info!(listen = %local, data_dir = %settings.engine.data_dir.display(), "serving");
         let app = runnel_server::router(node, settings.server.clone());

@@ -19,18 +19,31 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderValue, Method};
 use runnel_core::ContentKind;
+use runnel_engine::Route;
 
 use crate::error::ApiError;
 use crate::headers;
 use crate::AppState;
 
 pub async fn stream(State(app): State<AppState>, request: Request) -> Response {
-    let result = match headers::stream_name(request.uri().path()).and_then(|name| Target::of(&name))
+    let target = match headers::stream_name(request.uri().path()).and_then(|name| Target::of(&name))
     {
-        Ok(target) => dispatch(app, target, request).await,
-        Err(e) => Err(e),
+        Ok(target) => target,
+        Err(e) => return e.into_response(),
     };
-    result.unwrap_or_else(IntoResponse::into_response)
+    match app.node.route(target.stream()) {
+        Route::Local => dispatch(app, target, request)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
+        Route::Forward { node, addr } => {
+            let me = app.node.node_label();
+            app.forwarder.forward(&me, node, &addr, request).await
+        }
+        Route::NoLeader => ApiError::Unavailable(
+            "this stream's group has no leader at the moment (election under way); retry".into(),
+        )
+        .into_response(),
+    }
 }
 
 /// What a request path names. Path segments starting with `$` are
@@ -61,18 +74,22 @@ impl Target {
             }
             _ => Target::Stream(name.to_string()),
         };
-        let stream_name = match &target {
-            Target::Stream(n)
-            | Target::Snapshot(n, _)
-            | Target::Bootstrap(n)
-            | Target::Retention(n, _) => n,
-        };
-        if stream_name.split('/').any(|s| s.starts_with('$')) {
+        if target.stream().split('/').any(|s| s.starts_with('$')) {
             return Err(ApiError::bad(
                 "path segments starting with $ are reserved ($snapshot, $bootstrap, $retention)",
             ));
         }
         Ok(target)
+    }
+
+    /// The stream the request is about.
+    fn stream(&self) -> &str {
+        match self {
+            Target::Stream(n)
+            | Target::Snapshot(n, _)
+            | Target::Bootstrap(n)
+            | Target::Retention(n, _) => n,
+        }
     }
 }
 
@@ -107,6 +124,12 @@ pub async fn health(State(app): State<AppState>) -> Response {
         )
             .into_response(),
     }
+}
+
+/// The node, its groups and their leaders, as JSON (`runnel ctl status`).
+pub async fn status(State(app): State<AppState>) -> Response {
+    let body = serde_json::to_vec_pretty(&app.node.status()).unwrap_or_default();
+    ([(http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 pub async fn not_found() -> Response {

@@ -1,0 +1,374 @@
+//! A cluster member: every group is a Raft group whose voters are all the
+//! nodes of the cluster, with its log in this node's shared log.
+//!
+//! The cluster forms on first start without any manual step: each node
+//! initializes every group with the same membership (the full peer list),
+//! which openraft accepts on every node, and the node that should lead a
+//! group (`group % nodes`, in node-id order) calls its election first, so
+//! leadership starts out balanced. After a restart each node recovers its
+//! groups' logs and votes from the shared log and rejoins.
+//!
+//! Data directory layout (meta `format = 2`, cluster):
+//!
+//! ```text
+//! DATA_DIR/runnel.meta   format, group count and node id
+//! DATA_DIR/log/          the shared log: Raft records of every group
+//! ```
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::BasicNode;
+use runnel_core::{Applied, Command, StreamsState};
+use runnel_log::{Log, LogOptions};
+
+use crate::history;
+use crate::node::{check_meta, group_index, EngineConfig, OpenError};
+use crate::raft::group::{GroupStatus, RaftGroup};
+use crate::raft::journal::{Durability, GroupLog, JournalStore};
+use crate::raft::state_machine::GroupStateMachine;
+use crate::raft::transport::{self, raft_addr, NetworkFactory, PeerLink};
+use crate::raft::{NodeId, Raft};
+use crate::view::GroupView;
+use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
+
+const FORMAT: u32 = 2;
+
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// Data directory, groups, sync mode, log and queue limits, upkeep.
+    pub engine: EngineConfig,
+    pub node_id: NodeId,
+    /// Every node's HTTP address (this node's included), by node id.
+    pub peers: BTreeMap<NodeId, String>,
+    /// Leader heartbeat interval.
+    pub heartbeat: Duration,
+    /// A follower that hears no leader for a random time in this range
+    /// calls an election.
+    pub election_timeout: (Duration, Duration),
+}
+
+impl ClusterConfig {
+    pub fn new(engine: EngineConfig, node_id: NodeId, peers: BTreeMap<NodeId, String>) -> Self {
+        ClusterConfig {
+            engine,
+            node_id,
+            peers,
+            heartbeat: Duration::from_millis(100),
+            election_timeout: (Duration::from_millis(600), Duration::from_millis(1200)),
+        }
+    }
+}
+
+pub struct ClusterNode {
+    node_id: NodeId,
+    groups: Vec<Arc<RaftGroup>>,
+    /// HTTP address of every node.
+    peers: BTreeMap<NodeId, String>,
+    log: Arc<Log>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+impl ClusterNode {
+    /// Opens the data directory, recovers every group's Raft log, starts
+    /// the groups and the Raft listener (HTTP port + 1), and forms the
+    /// cluster if it is new.
+    pub async fn open(config: &ClusterConfig) -> Result<Arc<ClusterNode>, OpenError> {
+        let engine = &config.engine;
+        let group_count = engine.groups.max(1);
+        let own_addr = config
+            .peers
+            .get(&config.node_id)
+            .ok_or_else(|| OpenError::Config {
+                reason: format!("--peers does not list this node ({})", config.node_id),
+            })?;
+        check_meta(
+            &engine.data_dir,
+            &format!(
+                "format = {FORMAT}\ngroups = {group_count}\nnode_id = {}\n",
+                config.node_id
+            ),
+        )?;
+
+        let durability = Durability::new();
+        let listener_durability = Arc::clone(&durability);
+        let listener = Box::new(move |status| listener_durability.on_status(status));
+        let mut indexes: Vec<GroupLog> = (0..group_count).map(|_| GroupLog::default()).collect();
+        let mut decode_failure = None;
+        let options = LogOptions {
+            segment_bytes: engine.segment_bytes,
+            sync: engine.sync,
+            max_record_bytes: engine.max_record_bytes,
+            replay_from: 0,
+        };
+        let log = Log::open(&engine.data_dir.join("log"), options, listener, |record| {
+            let result = record
+                .payload
+                .first_chunk::<4>()
+                .map(|g| u32::from_le_bytes(*g) as usize)
+                .filter(|_| record.payload.len() > crate::raft::RECORD_PREFIX)
+                .ok_or_else(|| "record shorter than its prefix".to_string())
+                .and_then(|g| {
+                    indexes.get_mut(g).ok_or_else(|| {
+                        format!("record names group {g}, which this node does not have")
+                    })
+                })
+                .and_then(|index| index.replay(record.payload_pos, record.payload));
+            if let Err(reason) = result {
+                decode_failure.get_or_insert(OpenError::CorruptEntry {
+                    position: record.payload_pos,
+                    reason,
+                });
+            }
+            Ok(())
+        })?;
+        if let Some(err) = decode_failure {
+            return Err(err);
+        }
+        let log = Arc::new(log);
+        durability.on_status(Ok(log.durable_position()));
+
+        let raft_config = Arc::new(
+            openraft::Config {
+                cluster_name: "runnel".into(),
+                heartbeat_interval: config.heartbeat.as_millis() as u64,
+                election_timeout_min: config.election_timeout.0.as_millis() as u64,
+                election_timeout_max: config.election_timeout.1.as_millis() as u64,
+                snapshot_policy: openraft::SnapshotPolicy::Never,
+                max_payload_entries: 1024,
+                ..Default::default()
+            }
+            .validate()
+            .map_err(|e| OpenError::Config {
+                reason: e.to_string(),
+            })?,
+        );
+        let mut links = HashMap::new();
+        let mut members = BTreeMap::new();
+        for (id, http) in &config.peers {
+            let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
+            members.insert(*id, BasicNode { addr: addr.clone() });
+            if *id != config.node_id {
+                links.insert(*id, Arc::new(PeerLink::new(addr)));
+            }
+        }
+        let links = Arc::new(links);
+
+        let mut groups = Vec::new();
+        for (g, index) in indexes.into_iter().enumerate() {
+            let index = Arc::new(Mutex::new(index));
+            let view = GroupView::new(StreamsState::new(), Arc::clone(&log));
+            let store = JournalStore::new(
+                g as u32,
+                Arc::clone(&log),
+                Arc::clone(&durability),
+                Arc::clone(&index),
+            );
+            let state_machine =
+                GroupStateMachine::new(view.clone(), index, Arc::clone(&durability));
+            let network = NetworkFactory {
+                group: g as u32,
+                peers: Arc::clone(&links),
+            };
+            let raft = Raft::new(
+                config.node_id,
+                Arc::clone(&raft_config),
+                network,
+                store,
+                state_machine,
+            )
+            .await
+            .map_err(|e| OpenError::Config {
+                reason: format!("starting group {g}: {e}"),
+            })?;
+            groups.push(Arc::new(RaftGroup::new(
+                g as u32,
+                config.node_id,
+                raft,
+                view,
+                engine.max_pending_proposals,
+            )));
+        }
+
+        let raft_listen = raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?;
+        let listener = tokio::net::TcpListener::bind(&raft_listen)
+            .await
+            .map_err(|source| OpenError::Io {
+                path: PathBuf::from(&raft_listen),
+                source,
+            })?;
+        let rafts: Arc<Vec<Raft>> = Arc::new(groups.iter().map(|g| g.raft().clone()).collect());
+        let server = tokio::spawn(transport::serve(listener, rafts));
+
+        let balancer = tokio::spawn(form_and_balance(
+            groups.clone(),
+            config.node_id,
+            members,
+            config.election_timeout.1 * 3,
+        ));
+        let upkeep = tokio::spawn(history::upkeep(
+            groups.clone(),
+            engine.sweep_interval,
+            engine.compaction,
+        ));
+        tracing::info!(
+            node_id = config.node_id,
+            raft = %raft_listen,
+            groups = groups.len(),
+            log_bytes = log.durable_position(),
+            "cluster member started"
+        );
+        Ok(Arc::new(ClusterNode {
+            node_id: config.node_id,
+            groups,
+            peers: config.peers.clone(),
+            log,
+            tasks: vec![server, balancer, upkeep],
+        }))
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    pub fn groups(&self) -> &[Arc<RaftGroup>] {
+        &self.groups
+    }
+
+    fn group_for(&self, name: &str) -> &Arc<RaftGroup> {
+        &self.groups[group_index(name, self.groups.len())]
+    }
+
+    async fn propose(&self, command: Command) -> Result<Applied, EngineError> {
+        let names = command.names();
+        let group = self.group_for(names.first().copied().unwrap_or(""));
+        if names.iter().any(|n| !Arc::ptr_eq(self.group_for(n), group)) {
+            return Err(EngineError::CrossGroupFork);
+        }
+        group.propose(command).await
+    }
+
+    /// Waits until every group has a leader (at most `timeout`).
+    pub async fn wait_for_leaders(&self, timeout: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + timeout;
+        while tokio::time::Instant::now() < deadline {
+            if self.groups.iter().all(|g| g.leader().is_some()) {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    pub async fn shutdown(&self) {
+        for group in &self.groups {
+            let _ = group.raft().shutdown().await;
+        }
+    }
+}
+
+/// Forms new groups and balances leadership. Each group has a preferred
+/// leader (`group % nodes` in node-id order). A node initializes the new
+/// groups it prefers at once (openraft then elects it) and holds back,
+/// for a few election timeouts, both the initialization and the election
+/// timer of the others, so leadership starts out balanced. If the
+/// preferred node is down, the others form or take over the group once
+/// they stop waiting. Initializing with the same membership on several
+/// nodes is safe.
+async fn form_and_balance(
+    groups: Vec<Arc<RaftGroup>>,
+    me: NodeId,
+    members: BTreeMap<NodeId, BasicNode>,
+    hold_back: Duration,
+) {
+    let nodes: Vec<NodeId> = members.keys().copied().collect();
+    let Some(rank) = nodes.iter().position(|n| *n == me) else {
+        return;
+    };
+    let preferred = |g: &RaftGroup| g.index() as usize % nodes.len() == rank;
+    let initialize = |group: Arc<RaftGroup>| {
+        let members = members.clone();
+        async move {
+            if !group.raft().is_initialized().await.unwrap_or(true) {
+                if let Err(err) = group.raft().initialize(members).await {
+                    tracing::debug!(group = group.index(), error = %err, "not initialized");
+                }
+            }
+        }
+    };
+    for group in groups.iter().filter(|g| !preferred(g)) {
+        group.raft().runtime_config().elect(false);
+    }
+    for group in groups.iter().filter(|g| preferred(g)) {
+        initialize(Arc::clone(group)).await;
+    }
+    // A running cluster's leaders make themselves known within a heartbeat
+    // or two; only leaderless groups need an election.
+    tokio::time::sleep(hold_back / 10).await;
+    for group in groups.iter().filter(|g| preferred(g)) {
+        if group.leader().is_none() {
+            let _ = group.raft().trigger().elect().await;
+        }
+    }
+    tokio::time::sleep(hold_back).await;
+    for group in groups.iter().filter(|g| !preferred(g)) {
+        group.raft().runtime_config().elect(true);
+        if group.leader().is_none() {
+            initialize(Arc::clone(group)).await;
+        }
+    }
+}
+
+impl NodeEngine for ClusterNode {
+    fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, EngineError>> {
+        Box::pin(ClusterNode::propose(self, command))
+    }
+
+    fn engine_for(&self, name: &str) -> &dyn GroupEngine {
+        self.group_for(name).as_ref()
+    }
+
+    fn write_failure(&self) -> Option<String> {
+        self.log.failure().map(|e| e.to_string())
+    }
+
+    fn route(&self, name: &str) -> Route {
+        match self.group_for(name).leader() {
+            Some(leader) if leader == self.node_id => Route::Local,
+            Some(leader) => match self.peers.get(&leader) {
+                Some(addr) => Route::Forward {
+                    node: leader,
+                    addr: addr.clone(),
+                },
+                None => Route::NoLeader,
+            },
+            None => Route::NoLeader,
+        }
+    }
+
+    fn node_label(&self) -> String {
+        self.node_id.to_string()
+    }
+
+    fn status(&self) -> serde_json::Value {
+        let groups: Vec<GroupStatus> = self.groups.iter().map(|g| g.status()).collect();
+        serde_json::json!({
+            "mode": "cluster",
+            "node_id": self.node_id,
+            "nodes": self.peers,
+            "log_position": self.log.durable_position(),
+            "write_failure": self.write_failure(),
+            "groups": groups,
+        })
+    }
+}
+
+impl Drop for ClusterNode {
+    fn drop(&mut self) {
+        for task in &self.tasks {
+            task.abort();
+        }
+    }
+}

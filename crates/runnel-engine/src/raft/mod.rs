@@ -1,0 +1,110 @@
+//! The Raft engine: every group of the cluster is an openraft instance
+//! whose log lives in the node's shared [`runnel_log::Log`] (so one fsync
+//! covers the entries, votes and truncations of every group) and whose
+//! state machine is the same [`runnel_core::StreamsState`] the local
+//! engine applies to.
+//!
+//! Module map: [`journal`] stores each group's Raft log and vote in the
+//! shared log; [`state_machine`] applies committed entries; [`transport`]
+//! carries the Raft RPCs of all groups over one TCP connection per peer
+//! pair; [`group`] is the [`crate::GroupEngine`] a client proposes to.
+//!
+//! Shared-log record layout: `[group: u32 LE][kind: u8][bincode body]`,
+//! where the body of an entry record is the whole openraft entry. Its
+//! application payload (an encoded [`runnel_core::Entry`], data last) is
+//! serialized last, so a stream's bytes sit at the end of the record and
+//! reads serve them straight from the log, as in the local engine.
+
+// openraft's storage traits return its `StorageError` (over 200 bytes);
+// our helpers return what the traits do.
+#![allow(clippy::result_large_err)]
+
+pub mod group;
+pub mod journal;
+pub mod state_machine;
+pub mod transport;
+
+use std::fmt;
+
+use runnel_core::{Applied, CoreError};
+use serde::{Deserialize, Serialize};
+
+/// A proposal as replicated: an encoded [`runnel_core::Entry`].
+#[derive(Clone, Serialize, Deserialize)]
+pub struct AppRequest(#[serde(with = "serde_bytes")] pub Vec<u8>);
+
+impl fmt::Debug for AppRequest {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AppRequest({} bytes)", self.0.len())
+    }
+}
+
+/// What applying an entry answered, handed to the proposer on the leader.
+/// It never crosses the network: clients reach the leader through HTTP
+/// forwarding, so it serializes as nothing.
+#[derive(Debug, Clone, Default)]
+pub struct ApplyOutcome(pub Option<Result<Applied, CoreError>>);
+
+impl Serialize for ApplyOutcome {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_unit()
+    }
+}
+
+impl<'de> Deserialize<'de> for ApplyOutcome {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        <()>::deserialize(deserializer)?;
+        Ok(ApplyOutcome(None))
+    }
+}
+
+openraft::declare_raft_types!(
+    /// Runnel's Raft types: node ids are numbers, nodes are known by their
+    /// Raft address.
+    pub TypeConfig:
+        D = AppRequest,
+        R = ApplyOutcome,
+        NodeId = u64,
+        Node = openraft::BasicNode,
+        Entry = openraft::Entry<TypeConfig>,
+        SnapshotData = std::io::Cursor<Vec<u8>>,
+        AsyncRuntime = openraft::TokioRuntime,
+);
+
+pub type NodeId = u64;
+pub type LogId = openraft::LogId<NodeId>;
+pub type Vote = openraft::Vote<NodeId>;
+pub type RaftEntry = openraft::Entry<TypeConfig>;
+pub type Raft = openraft::Raft<TypeConfig>;
+pub type StorageError = openraft::StorageError<NodeId>;
+
+/// Kinds of shared-log records the Raft engine writes.
+pub(crate) mod kind {
+    pub const ENTRY: u8 = 1;
+    pub const VOTE: u8 = 2;
+    pub const COMMITTED: u8 = 3;
+    /// Entries from this index on are gone (a new leader overwrote them).
+    pub const TRUNCATE: u8 = 4;
+    /// Entries up to this log id were purged.
+    pub const PURGE: u8 = 5;
+}
+
+/// Bytes before a record's bincode body.
+pub(crate) const RECORD_PREFIX: usize = 5;
+
+pub(crate) fn encode_record<T: Serialize>(group: u32, kind: u8, body: &T, out: &mut Vec<u8>) {
+    out.clear();
+    out.extend_from_slice(&group.to_le_bytes());
+    out.push(kind);
+    bincode::serialize_into(&mut *out, body).expect("serializing into a Vec cannot fail");
+}
+
+/// A storage error openraft can report, from anything printable.
+pub(crate) fn storage_error(
+    subject: openraft::ErrorSubject<NodeId>,
+    verb: openraft::ErrorVerb,
+    reason: impl fmt::Display,
+) -> StorageError {
+    let source = std::io::Error::other(reason.to_string());
+    openraft::StorageIOError::new(subject, verb, openraft::AnyError::new(&source)).into()
+}

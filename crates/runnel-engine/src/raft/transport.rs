@@ -1,0 +1,365 @@
+//! Raft RPCs between nodes: one TCP connection per ordered peer pair
+//! carries the requests of every group, multiplexed by request id.
+//!
+//! Frames (little endian), each preceded by its length as a `u32`:
+//!
+//! ```text
+//! request:  [id: u64][kind: u8][group: u32][bincode body]
+//! response: [id: u64][ok: u8][bincode body | error text]
+//! ```
+//!
+//! A node listens for Raft traffic on its HTTP port plus one (see
+//! [`raft_addr`]). Requests are answered as they complete, so a slow
+//! append of one group does not hold up the votes of another.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{
+    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
+};
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot};
+
+use super::{NodeId, Raft, TypeConfig};
+
+const KIND_APPEND: u8 = 1;
+const KIND_VOTE: u8 = 2;
+/// Largest frame accepted (a batch of entries of the largest record size).
+const MAX_FRAME: usize = 256 << 20;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// The Raft address of a node whose HTTP listener is `http_addr`: the
+/// same host, the port plus one.
+pub fn raft_addr(http_addr: &str) -> Result<String, String> {
+    let (host, port) = http_addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{http_addr:?} is not HOST:PORT"))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| format!("{http_addr:?} has no valid port"))?;
+    let raft_port = port
+        .checked_add(1)
+        .ok_or_else(|| format!("{http_addr:?}: port {port} leaves no room for the Raft port"))?;
+    Ok(format!("{host}:{raft_port}"))
+}
+
+type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, String>>>>;
+
+/// One open connection to a peer.
+struct Connection {
+    frames: mpsc::UnboundedSender<Vec<u8>>,
+    pending: Arc<Pending>,
+    alive: Arc<AtomicBool>,
+}
+
+/// The link to one peer, shared by all groups; reconnects on demand.
+pub struct PeerLink {
+    addr: String,
+    next_id: AtomicU64,
+    connection: tokio::sync::Mutex<Option<Connection>>,
+}
+
+impl PeerLink {
+    pub fn new(addr: String) -> PeerLink {
+        PeerLink {
+            addr,
+            next_id: AtomicU64::new(1),
+            connection: tokio::sync::Mutex::new(None),
+        }
+    }
+
+    async fn call(
+        &self,
+        kind: u8,
+        group: u32,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, String> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let mut frame = Vec::with_capacity(17 + body.len());
+        frame.extend_from_slice(&((13 + body.len()) as u32).to_le_bytes());
+        frame.extend_from_slice(&id.to_le_bytes());
+        frame.push(kind);
+        frame.extend_from_slice(&group.to_le_bytes());
+        frame.extend_from_slice(body);
+        let (tx, rx) = oneshot::channel();
+        let pending = {
+            let mut slot = self.connection.lock().await;
+            if !slot
+                .as_ref()
+                .is_some_and(|c| c.alive.load(Ordering::Acquire))
+            {
+                *slot = Some(self.connect().await?);
+            }
+            let connection = slot.as_ref().expect("connected above");
+            connection
+                .pending
+                .lock()
+                .expect("pending lock")
+                .insert(id, tx);
+            if connection.frames.send(frame).is_err() {
+                connection.alive.store(false, Ordering::Release);
+            }
+            Arc::clone(&connection.pending)
+        };
+        match tokio::time::timeout(timeout, rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err(format!("connection to {} closed", self.addr)),
+            Err(_) => {
+                pending.lock().expect("pending lock").remove(&id);
+                Err(format!("no answer from {} within {timeout:?}", self.addr))
+            }
+        }
+    }
+
+    async fn connect(&self) -> Result<Connection, String> {
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
+            .await
+            .map_err(|_| format!("connecting to {} timed out", self.addr))?
+            .map_err(|e| format!("connecting to {}: {e}", self.addr))?;
+        let _ = stream.set_nodelay(true);
+        let (mut reader, writer) = stream.into_split();
+        let (frames, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
+        let pending: Arc<Pending> = Arc::default();
+        let alive = Arc::new(AtomicBool::new(true));
+
+        let writer_alive = Arc::clone(&alive);
+        tokio::spawn(async move {
+            let mut writer = BufWriter::new(writer);
+            while let Some(frame) = outgoing.recv().await {
+                let mut result = writer.write_all(&frame).await;
+                while let (Ok(()), Ok(frame)) = (&result, outgoing.try_recv()) {
+                    result = writer.write_all(&frame).await;
+                }
+                if result.and(writer.flush().await).is_err() {
+                    break;
+                }
+            }
+            writer_alive.store(false, Ordering::Release);
+        });
+
+        let (reader_pending, reader_alive, addr) =
+            (Arc::clone(&pending), Arc::clone(&alive), self.addr.clone());
+        tokio::spawn(async move {
+            loop {
+                match read_frame(&mut reader).await {
+                    Ok(frame) if frame.len() >= 9 => {
+                        let id = u64::from_le_bytes(frame[..8].try_into().expect("8 bytes"));
+                        let answer = if frame[8] == 1 {
+                            Ok(frame[9..].to_vec())
+                        } else {
+                            Err(String::from_utf8_lossy(&frame[9..]).into_owned())
+                        };
+                        let waiter = reader_pending.lock().expect("pending lock").remove(&id);
+                        if let Some(waiter) = waiter {
+                            let _ = waiter.send(answer);
+                        }
+                    }
+                    Ok(_) => {
+                        tracing::warn!(peer = %addr, "short raft response frame");
+                        break;
+                    }
+                    Err(_) => break,
+                }
+            }
+            reader_alive.store(false, Ordering::Release);
+            // Dropping the waiters tells their callers the connection closed.
+            reader_pending.lock().expect("pending lock").clear();
+        });
+        Ok(Connection {
+            frames,
+            pending,
+            alive,
+        })
+    }
+}
+
+async fn read_frame(reader: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<Vec<u8>> {
+    let len = reader.read_u32_le().await? as usize;
+    if len > MAX_FRAME {
+        return Err(std::io::Error::other(format!(
+            "raft frame of {len} bytes exceeds the limit"
+        )));
+    }
+    let mut frame = vec![0u8; len];
+    reader.read_exact(&mut frame).await?;
+    Ok(frame)
+}
+
+/// Creates the per-target clients of one group.
+#[derive(Clone)]
+pub struct NetworkFactory {
+    pub group: u32,
+    pub peers: Arc<HashMap<NodeId, Arc<PeerLink>>>,
+}
+
+pub struct GroupNetwork {
+    group: u32,
+    target: NodeId,
+    link: Option<Arc<PeerLink>>,
+}
+
+impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
+    type Network = GroupNetwork;
+
+    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> GroupNetwork {
+        GroupNetwork {
+            group: self.group,
+            target,
+            link: self.peers.get(&target).cloned(),
+        }
+    }
+}
+
+type RpcResult<T, E = RaftError<NodeId>> = Result<T, RPCError<NodeId, BasicNode, E>>;
+
+impl GroupNetwork {
+    async fn rpc<Req, Resp, E>(
+        &self,
+        kind: u8,
+        request: &Req,
+        option: &RPCOption,
+    ) -> RpcResult<Resp, E>
+    where
+        Req: serde::Serialize,
+        Resp: serde::de::DeserializeOwned,
+        E: std::error::Error + serde::de::DeserializeOwned,
+    {
+        let unreachable = |reason: String| RPCError::Unreachable(Unreachable::new(&io(reason)));
+        let link = self
+            .link
+            .as_ref()
+            .ok_or_else(|| unreachable(format!("node {} is not among the peers", self.target)))?;
+        let body = bincode::serialize(request)
+            .map_err(|e| RPCError::Network(NetworkError::new(&io(e.to_string()))))?;
+        let reply = link
+            .call(kind, self.group, &body, option.hard_ttl())
+            .await
+            .map_err(unreachable)?;
+        let answer: Result<Resp, E> = bincode::deserialize(&reply)
+            .map_err(|e| RPCError::Network(NetworkError::new(&io(e.to_string()))))?;
+        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
+    }
+}
+
+fn io(reason: String) -> std::io::Error {
+    std::io::Error::other(reason)
+}
+
+impl RaftNetwork<TypeConfig> for GroupNetwork {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>> {
+        self.rpc(KIND_APPEND, &rpc, &option).await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        _rpc: InstallSnapshotRequest<TypeConfig>,
+        _option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        Err(RPCError::Network(NetworkError::new(&io(
+            "Raft snapshots are not supported yet (logs are never purged)".into(),
+        ))))
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>> {
+        self.rpc(KIND_VOTE, &rpc, &option).await
+    }
+
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(Duration::from_millis(200)))
+    }
+}
+
+/// Answers the Raft RPCs of every group arriving on `listener`.
+pub async fn serve(listener: TcpListener, groups: Arc<Vec<Raft>>) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                tracing::warn!(error = %err, "raft accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve_connection(stream, Arc::clone(&groups)));
+    }
+}
+
+async fn serve_connection(stream: TcpStream, groups: Arc<Vec<Raft>>) {
+    let (mut reader, writer) = stream.into_split();
+    let (responses, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        let mut writer = BufWriter::new(writer);
+        while let Some(frame) = outgoing.recv().await {
+            let mut result = writer.write_all(&frame).await;
+            while let (Ok(()), Ok(frame)) = (&result, outgoing.try_recv()) {
+                result = writer.write_all(&frame).await;
+            }
+            if result.and(writer.flush().await).is_err() {
+                break;
+            }
+        }
+    });
+    while let Ok(frame) = read_frame(&mut reader).await {
+        if frame.len() < 13 {
+            tracing::warn!("short raft request frame; closing the connection");
+            break;
+        }
+        let id = u64::from_le_bytes(frame[..8].try_into().expect("8 bytes"));
+        let kind = frame[8];
+        let group = u32::from_le_bytes(frame[9..13].try_into().expect("4 bytes"));
+        let (groups, responses) = (Arc::clone(&groups), responses.clone());
+        tokio::spawn(async move {
+            let answer = answer(&groups, kind, group, &frame[13..]).await;
+            let (ok, body) = match answer {
+                Ok(body) => (1u8, body),
+                Err(reason) => (0u8, reason.into_bytes()),
+            };
+            let mut out = Vec::with_capacity(13 + body.len());
+            out.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
+            out.extend_from_slice(&id.to_le_bytes());
+            out.push(ok);
+            out.extend_from_slice(&body);
+            let _ = responses.send(out);
+        });
+    }
+}
+
+async fn answer(groups: &[Raft], kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, String> {
+    let raft = groups
+        .get(group as usize)
+        .ok_or_else(|| format!("this node has no group {group}"))?;
+    let bad = |e: bincode::Error| format!("undecodable raft request: {e}");
+    let encoded = match kind {
+        KIND_APPEND => {
+            let request: AppendEntriesRequest<TypeConfig> =
+                bincode::deserialize(body).map_err(bad)?;
+            bincode::serialize(&raft.append_entries(request).await)
+        }
+        KIND_VOTE => {
+            let request: VoteRequest<NodeId> = bincode::deserialize(body).map_err(bad)?;
+            bincode::serialize(&raft.vote(request).await)
+        }
+        other => return Err(format!("unknown raft request kind {other}")),
+    };
+    encoded.map_err(|e| format!("encoding the raft response: {e}"))
+}

@@ -1,0 +1,118 @@
+//! `runnel ctl`: operator commands. `status` prints what a node's
+//! `/_runnel/status` reports: the nodes, and per group its leader, term,
+//! log and applied indexes and each follower's replication lag.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use clap::Subcommand;
+
+#[derive(Subcommand)]
+pub enum CtlCommand {
+    /// Nodes, groups, leaders, terms and replication lag.
+    Status {
+        /// Any node's base URL, e.g. http://127.0.0.1:4437.
+        #[arg(long, default_value = "http://127.0.0.1:4437")]
+        target: String,
+        /// Print the raw JSON instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+pub fn run(command: CtlCommand) -> Result<(), String> {
+    match command {
+        CtlCommand::Status { target, json } => {
+            let body = http_get(&target, "/_runnel/status")?;
+            if json {
+                println!("{body}");
+                return Ok(());
+            }
+            let status: serde_json::Value = serde_json::from_str(&body)
+                .map_err(|e| format!("{target} answered with something other than JSON: {e}"))?;
+            print!("{}", render(&status));
+            Ok(())
+        }
+    }
+}
+
+fn render(status: &serde_json::Value) -> String {
+    let mut out = String::new();
+    if status["mode"] != "cluster" {
+        out.push_str(&format!(
+            "single node: {} groups, log at {} bytes\n",
+            status["groups"], status["log_position"]
+        ));
+        return out;
+    }
+    out.push_str(&format!(
+        "answered by node {}\n\nnodes:\n",
+        status["node_id"]
+    ));
+    if let Some(nodes) = status["nodes"].as_object() {
+        for (id, addr) in nodes {
+            out.push_str(&format!("  {id}  {}\n", addr.as_str().unwrap_or("?")));
+        }
+    }
+    out.push_str("\ngroup  leader  term  state      last-log  applied  follower lag\n");
+    for group in status["groups"].as_array().into_iter().flatten() {
+        let lag: Vec<String> = group["follower_lag"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|pair| match pair[1].as_u64() {
+                Some(lag) => format!("{}:{lag}", pair[0]),
+                None => format!("{}:?", pair[0]),
+            })
+            .collect();
+        let number = |v: &serde_json::Value| v.as_u64().map_or("-".into(), |n| n.to_string());
+        out.push_str(&format!(
+            "{:<6} {:<7} {:<5} {:<10} {:<9} {:<8} {}\n",
+            number(&group["group"]),
+            number(&group["leader"]),
+            number(&group["term"]),
+            group["state"].as_str().unwrap_or("?"),
+            number(&group["last_log_index"]),
+            number(&group["last_applied_index"]),
+            if lag.is_empty() {
+                "-".into()
+            } else {
+                lag.join(" ")
+            },
+        ));
+    }
+    out
+}
+
+/// A plain HTTP/1.1 GET (the status endpoint is small; no client crate).
+fn http_get(base: &str, path: &str) -> Result<String, String> {
+    let authority = base
+        .strip_prefix("http://")
+        .ok_or_else(|| format!("{base:?}: only http:// targets are supported"))?
+        .trim_end_matches('/');
+    let mut stream =
+        TcpStream::connect(authority).map_err(|e| format!("cannot connect to {authority}: {e}"))?;
+    stream
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .map_err(|e| e.to_string())?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    )
+    .map_err(|e| format!("sending to {authority}: {e}"))?;
+    let mut response = String::new();
+    stream
+        .read_to_string(&mut response)
+        .map_err(|e| format!("reading from {authority}: {e}"))?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| format!("{authority} sent a malformed response"))?;
+    if !head.starts_with("HTTP/1.1 200") {
+        return Err(format!(
+            "{authority} answered {}",
+            head.lines().next().unwrap_or("")
+        ));
+    }
+    Ok(body.to_string())
+}
