@@ -155,6 +155,31 @@ impl StreamsState {
         self.streams.len()
     }
 
+    /// A fingerprint of what readers can observe, the same on every
+    /// replica that applied the same entries (wherever each stored the
+    /// bytes): FNV-1a over each stream's id, name, tail, earliest offset,
+    /// closure and deletion, in id order.
+    pub fn digest(&self) -> u64 {
+        let mut ids: Vec<&StreamId> = self.streams.keys().collect();
+        ids.sort_unstable();
+        let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut feed = |bytes: &[u8]| {
+            for b in bytes {
+                hash ^= u64::from(*b);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+        };
+        for id in ids {
+            let s = &self.streams[id];
+            feed(&id.to_le_bytes());
+            feed(s.name.as_bytes());
+            feed(&s.tail.to_le_bytes());
+            feed(&s.earliest.to_le_bytes());
+            feed(&[u8::from(s.closed), u8::from(s.soft_deleted)]);
+        }
+        hash
+    }
+
     /// Live (not soft-deleted) streams whose TTL or expiry has passed.
     pub fn expired_ids(&self, now_ms: i64) -> Vec<StreamId> {
         self.streams

@@ -56,8 +56,8 @@ impl ClusterConfig {
             engine,
             node_id,
             peers,
-            heartbeat: Duration::from_millis(100),
-            election_timeout: (Duration::from_millis(600), Duration::from_millis(1200)),
+            heartbeat: Duration::from_millis(60),
+            election_timeout: (Duration::from_millis(350), Duration::from_millis(700)),
         }
     }
 }

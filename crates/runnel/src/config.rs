@@ -83,12 +83,18 @@ pub struct ServeArgs {
     /// node's port + 1. Without it the node runs alone.
     #[arg(long)]
     pub peers: Option<String>,
+    /// A follower that hears no leader for this long (randomized up to
+    /// twice as long) calls an election; leaders heartbeat six times as
+    /// often [default: 350].
+    #[arg(long)]
+    pub election_timeout_ms: Option<u64>,
 }
 
 /// A cluster member's identity and its peers.
 pub struct ClusterSettings {
     pub node_id: u64,
     pub peers: BTreeMap<u64, String>,
+    pub election_timeout: Option<Duration>,
 }
 
 /// Everything `serve` needs, resolved.
@@ -156,7 +162,17 @@ impl ServeArgs {
                 // Groups spread over the nodes: a few per node and core.
                 let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
                 engine.groups = (peers.len() * (cores / 2).max(1)) as u32;
-                Some(ClusterSettings { node_id, peers })
+                let election_timeout = match pick!(election_timeout_ms) {
+                    Some(ms) if ms < 50 => {
+                        return Err("election-timeout-ms must be at least 50".into())
+                    }
+                    other => other.map(Duration::from_millis),
+                };
+                Some(ClusterSettings {
+                    node_id,
+                    peers,
+                    election_timeout,
+                })
             }
         };
         if let Some(sync) = self.sync.or(file.sync) {

@@ -45,12 +45,16 @@ enum Commands {
     },
 }
 
+/// openraft logs every failed RPC to a down peer; the transport logs when
+/// a peer becomes unreachable and reachable again instead.
+const DEFAULT_LOG_FILTER: &str = "info,openraft=off";
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("RUNNEL_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn")),
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_LOG_FILTER)),
         )
         .with_writer(std::io::stderr)
         .init();
@@ -82,11 +86,15 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let node: Arc<dyn NodeEngine> = match &settings.cluster {
             None => runnel_engine::Node::open(&settings.engine).map_err(|e| e.to_string())?,
             Some(cluster) => {
-                let config = ClusterConfig::new(
+                let mut config = ClusterConfig::new(
                     settings.engine.clone(),
                     cluster.node_id,
                     cluster.peers.clone(),
                 );
+                if let Some(timeout) = cluster.election_timeout {
+                    config.election_timeout = (timeout, timeout * 2);
+                    config.heartbeat = timeout / 6;
+                }
                 ClusterNode::open(&config)
                     .await
                     .map_err(|e| e.to_string())?

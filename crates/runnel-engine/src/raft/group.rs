@@ -37,6 +37,9 @@ pub struct GroupStatus {
     pub leader: Option<NodeId>,
     pub last_log_index: Option<u64>,
     pub last_applied_index: Option<u64>,
+    /// Fingerprint of the applied streams (equal on replicas that applied
+    /// the same entries).
+    pub applied_digest: String,
     /// On the leader: how many entries each follower is behind (`None`
     /// until it acknowledged one).
     pub follower_lag: Vec<(NodeId, Option<u64>)>,
@@ -69,7 +72,10 @@ impl RaftGroup {
     }
 
     pub fn status(&self) -> GroupStatus {
+        // openraft publishes the applied index just after the state machine
+        // applied: while entries apply the digest may be a little ahead.
         let metrics = self.raft.metrics().borrow().clone();
+        let digest = self.view.with_state(|state| state.digest());
         let last = metrics.last_log_index;
         GroupStatus {
             group: self.index,
@@ -78,6 +84,7 @@ impl RaftGroup {
             leader: metrics.current_leader,
             last_log_index: last,
             last_applied_index: metrics.last_applied.map(|l| l.index),
+            applied_digest: format!("{digest:016x}"),
             follower_lag: metrics
                 .replication
                 .iter()

@@ -66,6 +66,8 @@ struct Connection {
 pub struct PeerLink {
     addr: String,
     next_id: AtomicU64,
+    /// Whether the last connection attempt succeeded (logged on change).
+    reachable: AtomicBool,
     connection: tokio::sync::Mutex<Option<Connection>>,
 }
 
@@ -74,6 +76,7 @@ impl PeerLink {
         PeerLink {
             addr,
             next_id: AtomicU64::new(1),
+            reachable: AtomicBool::new(true),
             connection: tokio::sync::Mutex::new(None),
         }
     }
@@ -99,7 +102,16 @@ impl PeerLink {
                 .as_ref()
                 .is_some_and(|c| c.alive.load(Ordering::Acquire))
             {
-                *slot = Some(self.connect().await?);
+                let connected = self.connect().await;
+                let was = self.reachable.swap(connected.is_ok(), Ordering::Relaxed);
+                match &connected {
+                    Err(reason) if was => {
+                        tracing::warn!(peer = %self.addr, %reason, "raft peer unreachable")
+                    }
+                    Ok(_) if !was => tracing::info!(peer = %self.addr, "raft peer reachable again"),
+                    _ => {}
+                }
+                *slot = Some(connected?);
             }
             let connection = slot.as_ref().expect("connected above");
             connection

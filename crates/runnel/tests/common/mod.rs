@@ -1,5 +1,8 @@
 //! Starts the real `runnel` binary for end-to-end tests.
 
+#[allow(dead_code)] // only the cluster tests start clusters
+pub mod cluster;
+
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -13,6 +16,7 @@ pub struct Server {
 impl Server {
     /// Starts `runnel serve` on a free loopback port over `data_dir` and
     /// waits until it answers /health.
+    #[allow(dead_code)] // the cluster tests start no single server
     pub async fn start(data_dir: &Path, extra: &[&str]) -> Server {
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()

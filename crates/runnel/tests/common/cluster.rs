@@ -1,0 +1,185 @@
+//! Starts a cluster of real `runnel` processes on loopback.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct Cluster {
+    dir: PathBuf,
+    pub ports: Vec<u16>,
+    peers: String,
+    extra: Vec<String>,
+    children: Vec<Option<Child>>,
+}
+
+/// A free loopback port whose successor (the Raft port) is free too.
+fn free_port_pair() -> u16 {
+    loop {
+        let a = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = a.local_addr().unwrap().port();
+        if port < u16::MAX && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return port;
+        }
+    }
+}
+
+impl Cluster {
+    /// Starts `nodes` nodes (ids 1..=nodes) with data under `dir` and
+    /// waits until every node sees a leader for every group.
+    pub async fn start(dir: &Path, nodes: usize, extra: &[&str]) -> Cluster {
+        let ports: Vec<u16> = (0..nodes).map(|_| free_port_pair()).collect();
+        let peers = ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            dir: dir.to_path_buf(),
+            ports,
+            peers,
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            children: (0..nodes).map(|_| None).collect(),
+        };
+        for i in 0..nodes {
+            cluster.spawn(i);
+        }
+        cluster.wait_for_leaders(Duration::from_secs(30)).await;
+        cluster
+    }
+
+    fn spawn(&mut self, i: usize) {
+        let child = Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .arg("serve")
+            .arg("--node-id")
+            .arg((i + 1).to_string())
+            .arg("--peers")
+            .arg(&self.peers)
+            .arg("--data-dir")
+            .arg(self.dir.join(format!("n{}", i + 1)))
+            .args(&self.extra)
+            .env("RUNNEL_LOG", "error,openraft=off")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("runnel binary starts");
+        self.children[i] = Some(child);
+    }
+
+    pub fn base(&self, i: usize) -> String {
+        format!("http://127.0.0.1:{}", self.ports[i])
+    }
+
+    pub fn stream_url(&self, i: usize, name: &str) -> String {
+        format!("{}/v1/stream/{name}", self.base(i))
+    }
+
+    /// `/_runnel/status` of node `i`, if it answers.
+    pub async fn status(&self, i: usize) -> Option<serde_json::Value> {
+        let r = reqwest::Client::new()
+            .get(format!("{}/_runnel/status", self.base(i)))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await
+            .ok()?;
+        serde_json::from_slice(&r.bytes().await.ok()?).ok()
+    }
+
+    /// The leader (node index, 0-based) of each group as node `i` sees it.
+    pub async fn leaders(&self, i: usize) -> Option<Vec<Option<usize>>> {
+        let status = self.status(i).await?;
+        Some(
+            status["groups"]
+                .as_array()?
+                .iter()
+                .map(|g| g["leader"].as_u64().map(|id| id as usize - 1))
+                .collect(),
+        )
+    }
+
+    /// Waits until every running node sees the same leader, among the
+    /// running nodes, for every group.
+    pub async fn wait_for_leaders(&self, timeout: Duration) -> Vec<usize> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut views = Vec::new();
+            for i in self.running() {
+                views.push(self.leaders(i).await);
+            }
+            if let Some(Some(first)) = views.first() {
+                let agreed = views.iter().all(|v| v.as_ref() == Some(first));
+                let live = first
+                    .iter()
+                    .all(|l| l.is_some_and(|l| self.children[l].is_some()));
+                if agreed && live {
+                    return first.iter().map(|l| l.unwrap()).collect();
+                }
+            }
+            assert!(Instant::now() < deadline, "no agreed leaders: {views:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until every running node applied the same entries in every
+    /// group (equal applied indexes and state digests).
+    pub async fn wait_for_convergence(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let mut views = Vec::new();
+            for i in self.running() {
+                let groups = self.status(i).await.map(|s| {
+                    s["groups"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|g| {
+                            (
+                                g["last_applied_index"].as_u64(),
+                                g["applied_digest"].as_str().unwrap().to_string(),
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                });
+                views.push(groups);
+            }
+            if views.iter().all(|v| v.is_some() && *v == views[0]) {
+                return;
+            }
+            assert!(Instant::now() < deadline, "replicas differ: {views:?}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    pub fn running(&self) -> Vec<usize> {
+        (0..self.children.len())
+            .filter(|i| self.children[*i].is_some())
+            .collect()
+    }
+
+    /// SIGKILL: no shutdown code runs.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.children[i].take() {
+            child.kill().expect("kill");
+            child.wait().expect("reap");
+        }
+    }
+
+    pub async fn restart(&mut self, i: usize) {
+        self.spawn(i);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while self.status(i).await.is_none() {
+            assert!(Instant::now() < deadline, "node {} did not restart", i + 1);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for child in self.children.iter_mut().flatten() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
