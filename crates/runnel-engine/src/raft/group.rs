@@ -3,6 +3,10 @@
 //! [`GroupStateMachine`](super::state_machine::GroupStateMachine)); reads
 //! serve this node's applied state.
 //!
+//! Proposals are packed into batches, one Raft entry each (see the
+//! [module docs](super)), by one proposer task per group that submits them
+//! in arrival order.
+//!
 //! Only the leader accepts proposals. The HTTP layer forwards requests
 //! for a group to its leader (see [`crate::Route`]), so a proposal that
 //! reaches a follower raced a leadership change and is refused as
@@ -10,10 +14,10 @@
 
 use std::sync::Arc;
 
-use openraft::error::{ClientWriteError, RaftError};
+use openraft::error::ClientWriteError;
 use runnel_core::{Applied, Command, Entry};
 use serde::Serialize;
-use tokio::sync::Semaphore;
+use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::{AppRequest, NodeId, Raft};
 use crate::view::{delegate_reads_to_view, GroupView};
@@ -24,9 +28,20 @@ pub struct RaftGroup {
     node_id: NodeId,
     raft: Raft,
     view: GroupView,
-    /// One permit per proposal waiting for its commit.
-    proposals: Arc<Semaphore>,
+    proposals: mpsc::Sender<Proposal>,
 }
+
+struct Proposal {
+    entry: Entry,
+    reply: oneshot::Sender<Result<Applied, EngineError>>,
+}
+
+/// Batches submitted to Raft and not yet answered, per group. While they
+/// are in flight new proposals queue up and form the next batch.
+const BATCHES_IN_FLIGHT: usize = 2;
+/// A batch is closed once it holds this many bytes or proposals.
+const MAX_BATCH_BYTES: usize = 1 << 20;
+const MAX_BATCH_PROPOSALS: usize = 4096;
 
 /// One group as `runnel ctl status` shows it.
 #[derive(Debug, Clone, Serialize)]
@@ -53,12 +68,14 @@ impl RaftGroup {
         view: GroupView,
         max_pending: usize,
     ) -> RaftGroup {
+        let (proposals, queue) = mpsc::channel(max_pending.max(1));
+        tokio::spawn(propose_batches(raft.clone(), queue));
         RaftGroup {
             index,
             node_id,
             raft,
             view,
-            proposals: Arc::new(Semaphore::new(max_pending.max(1))),
+            proposals,
         }
     }
 
@@ -99,27 +116,75 @@ impl RaftGroup {
     }
 
     async fn submit(&self, entry: Entry) -> Result<Applied, EngineError> {
-        let _permit = self
-            .proposals
-            .try_acquire()
-            .map_err(|_| EngineError::Overloaded)?;
-        let response = self
-            .raft
-            .client_write(AppRequest(entry.encode()))
-            .await
-            .map_err(|err| match err {
-                RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
-                    EngineError::NotLeader(forward.leader_id)
-                }
-                RaftError::APIError(other) => EngineError::Replication(other.to_string()),
-                RaftError::Fatal(fatal) => EngineError::Replication(fatal.to_string()),
+        let (reply, answer) = oneshot::channel();
+        self.proposals
+            .try_send(Proposal { entry, reply })
+            .map_err(|e| match e {
+                mpsc::error::TrySendError::Full(_) => EngineError::Overloaded,
+                mpsc::error::TrySendError::Closed(_) => EngineError::ShuttingDown,
             })?;
-        match response.data.0 {
-            Some(result) => Ok(result?),
-            None => Err(EngineError::Replication(
-                "the entry was committed but not applied".into(),
-            )),
+        answer.await.map_err(|_| EngineError::ShuttingDown)?
+    }
+}
+
+/// The group's proposer: packs queued proposals into batches and submits
+/// them to Raft in arrival order, at most [`BATCHES_IN_FLIGHT`] at once.
+async fn propose_batches(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
+    let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+    while let Some(first) = queue.recv().await {
+        let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
+            return;
+        };
+        // Everything that queued while waiting joins this batch.
+        let mut batch = AppRequest::default();
+        let mut replies = Vec::new();
+        let mut next = Some(first);
+        while let Some(proposal) = next.take() {
+            batch.push(&proposal.entry);
+            replies.push(proposal.reply);
+            if batch.0.len() < MAX_BATCH_BYTES && replies.len() < MAX_BATCH_PROPOSALS {
+                next = queue.try_recv().ok();
+            }
         }
+        let submitted = raft.client_write_ff(batch).await;
+        tokio::spawn(async move {
+            let results = match submitted {
+                Err(fatal) => Err(EngineError::Replication(fatal.to_string())),
+                Ok(receiver) => match receiver.await {
+                    Err(_) => Err(EngineError::ShuttingDown),
+                    Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
+                        Err(EngineError::NotLeader(forward.leader_id))
+                    }
+                    Ok(Err(other)) => Err(EngineError::Replication(other.to_string())),
+                    Ok(Ok(response)) => Ok(response.data.0),
+                },
+            };
+            drop(permit);
+            match results {
+                Ok(results) if results.len() == replies.len() => {
+                    for (reply, result) in replies.into_iter().zip(results) {
+                        let _ = reply.send(result.map_err(EngineError::Core));
+                    }
+                }
+                Ok(results) => {
+                    tracing::error!(
+                        proposals = replies.len(),
+                        results = results.len(),
+                        "a batch was applied with a different number of results"
+                    );
+                    for reply in replies {
+                        let _ = reply.send(Err(EngineError::Replication(
+                            "the batch was applied, but its outcome is unknown".into(),
+                        )));
+                    }
+                }
+                Err(err) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(err.clone()));
+                    }
+                }
+            }
+        });
     }
 }
 

@@ -11,9 +11,15 @@
 //!
 //! Shared-log record layout: `[group: u32 LE][kind: u8][bincode body]`,
 //! where the body of an entry record is the whole openraft entry. Its
-//! application payload (an encoded [`runnel_core::Entry`], data last) is
-//! serialized last, so a stream's bytes sit at the end of the record and
-//! reads serve them straight from the log, as in the local engine.
+//! application payload, a batch of encoded [`runnel_core::Entry`]s (see
+//! [`AppRequest`]), is serialized last, so each stream's bytes sit at a
+//! known place in the record and reads serve them straight from the log,
+//! as in the local engine.
+//!
+//! Batching: openraft makes a leader's log append durable before it takes
+//! the next client write, so one Raft entry per append would cost one
+//! fsync each. Each group's proposer therefore packs the proposals that
+//! arrive together into one Raft entry.
 
 // openraft's storage traits return its `StorageError` (over 200 bytes);
 // our helpers return what the traits do.
@@ -29,9 +35,41 @@ use std::fmt;
 use runnel_core::{Applied, CoreError};
 use serde::{Deserialize, Serialize};
 
-/// A proposal as replicated: an encoded [`runnel_core::Entry`].
-#[derive(Clone, Serialize, Deserialize)]
+/// A batch of proposals as replicated: `[len: u32 LE][encoded Entry]...`,
+/// each entry's data last within its item.
+#[derive(Clone, Default, Serialize, Deserialize)]
 pub struct AppRequest(#[serde(with = "serde_bytes")] pub Vec<u8>);
+
+impl AppRequest {
+    pub fn push(&mut self, entry: &runnel_core::Entry) {
+        let at = self.0.len();
+        self.0.extend_from_slice(&[0; 4]);
+        entry.encode_into(&mut self.0);
+        let len = (self.0.len() - at - 4) as u32;
+        self.0[at..at + 4].copy_from_slice(&len.to_le_bytes());
+    }
+
+    /// The encoded entries with their offsets in the batch.
+    pub fn items(&self) -> impl Iterator<Item = Result<(usize, &[u8]), String>> + '_ {
+        let mut at = 0;
+        std::iter::from_fn(move || {
+            if at >= self.0.len() {
+                return None;
+            }
+            let item = self.0[at..]
+                .first_chunk::<4>()
+                .map(|len| u32::from_le_bytes(*len) as usize)
+                .filter(|len| at + 4 + len <= self.0.len())
+                .map(|len| (at + 4, &self.0[at + 4..at + 4 + len]))
+                .ok_or_else(|| format!("truncated batch item at byte {at}"));
+            at = match &item {
+                Ok((start, bytes)) => start + bytes.len(),
+                Err(_) => self.0.len(),
+            };
+            Some(item)
+        })
+    }
+}
 
 impl fmt::Debug for AppRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -39,11 +77,11 @@ impl fmt::Debug for AppRequest {
     }
 }
 
-/// What applying an entry answered, handed to the proposer on the leader.
-/// It never crosses the network: clients reach the leader through HTTP
-/// forwarding, so it serializes as nothing.
+/// What applying a batch answered, one result per proposal, handed to the
+/// proposers on the leader. It never crosses the network: clients reach
+/// the leader through HTTP forwarding, so it serializes as nothing.
 #[derive(Debug, Clone, Default)]
-pub struct ApplyOutcome(pub Option<Result<Applied, CoreError>>);
+pub struct ApplyOutcome(pub Vec<Result<Applied, CoreError>>);
 
 impl Serialize for ApplyOutcome {
     fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
@@ -54,7 +92,7 @@ impl Serialize for ApplyOutcome {
 impl<'de> Deserialize<'de> for ApplyOutcome {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         <()>::deserialize(deserializer)?;
-        Ok(ApplyOutcome(None))
+        Ok(ApplyOutcome::default())
     }
 }
 

@@ -44,14 +44,11 @@ impl GroupStateMachine {
     }
 }
 
-/// An entry decoded for applying.
-enum Decoded {
-    Nothing,
-    Command {
-        entry: Box<Entry>,
-        data_len: u64,
-        data_loc: u64,
-    },
+/// A proposal decoded for applying, with where its data lies in the log.
+struct Decoded {
+    entry: Entry,
+    data_len: u64,
+    data_loc: u64,
 }
 
 impl RaftStateMachine<TypeConfig> for GroupStateMachine {
@@ -68,16 +65,18 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         I: IntoIterator<Item = RaftEntry> + Send,
         I::IntoIter: Send,
     {
-        let mut decoded = Vec::new();
+        // One list of proposals per Raft entry (blank and membership
+        // entries carry none).
+        let mut decoded: Vec<Vec<Decoded>> = Vec::new();
         let mut durable_end = 0;
         for raft_entry in entries {
             let log_id = raft_entry.log_id;
             self.last_applied = Some(log_id);
+            let mut batch = Vec::new();
             match raft_entry.payload {
-                EntryPayload::Blank => decoded.push(Decoded::Nothing),
+                EntryPayload::Blank => {}
                 EntryPayload::Membership(m) => {
                     self.membership = StoredMembership::new(Some(log_id), m);
-                    decoded.push(Decoded::Nothing);
                 }
                 EntryPayload::Normal(request) => {
                     let loc = self
@@ -93,24 +92,32 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
                                 "a committed entry is missing from this node's log",
                             )
                         })?;
-                    // The leader encoded it; a failure here is a bug, and
-                    // every node reaches the same verdict.
-                    match Entry::decode_header(&request.0) {
-                        Ok((entry, data_len)) => {
-                            durable_end = durable_end.max(loc.end());
-                            decoded.push(Decoded::Command {
-                                entry: Box::new(entry),
+                    durable_end = durable_end.max(loc.end());
+                    // The batch is the record's last field.
+                    let batch_pos = loc.end() - request.0.len() as u64;
+                    for item in request.items() {
+                        // The leader encoded it; a failure here is a bug,
+                        // and every node reaches the same verdict.
+                        let decoded_item = item.and_then(|(offset, bytes)| {
+                            let (entry, data_len) =
+                                Entry::decode_header(bytes).map_err(|e| e.to_string())?;
+                            let item_end = batch_pos + (offset + bytes.len()) as u64;
+                            Ok(Decoded {
+                                entry,
                                 data_len,
-                                data_loc: loc.end() - data_len,
-                            });
-                        }
-                        Err(err) => {
-                            tracing::error!(?log_id, error = %err, "undecodable raft entry skipped");
-                            decoded.push(Decoded::Nothing);
+                                data_loc: item_end - data_len,
+                            })
+                        });
+                        match decoded_item {
+                            Ok(d) => batch.push(d),
+                            Err(err) => {
+                                tracing::error!(?log_id, error = %err, "undecodable proposal skipped")
+                            }
                         }
                     }
                 }
             }
+            decoded.push(batch);
         }
         // A quorum may commit an entry before this node's own copy is
         // durable; reads serve bytes from the log, so wait for it.
@@ -121,13 +128,13 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         Ok(self.view.apply(|state| {
             decoded
                 .into_iter()
-                .map(|d| match d {
-                    Decoded::Nothing => ApplyOutcome(None),
-                    Decoded::Command {
-                        entry,
-                        data_len,
-                        data_loc,
-                    } => ApplyOutcome(Some(state.apply(&entry, data_len, data_loc))),
+                .map(|batch| {
+                    ApplyOutcome(
+                        batch
+                            .into_iter()
+                            .map(|d| state.apply(&d.entry, d.data_len, d.data_loc))
+                            .collect(),
+                    )
                 })
                 .collect()
         }))
