@@ -55,6 +55,24 @@ impl StreamsState {
 
     /// Every log location a live byte lives at: chunk and snapshot starts
     /// with their lengths. Segments holding none of these can be deleted.
+    /// Moves every byte reference (stream chunks, snapshots): the byte
+    /// stored at `loc` now lies at `relocate(loc)`. A replica that installs
+    /// another's state copies the live bytes into its own log and
+    /// relocates; a chunk is one contiguous range, so it moves as a whole.
+    pub fn relocate(&mut self, relocate: impl Fn(u64) -> u64) {
+        for s in self.streams.values_mut() {
+            for chunk in &mut s.chunks {
+                chunk.loc = relocate(chunk.loc);
+            }
+            for snap in s.snapshots.values_mut() {
+                snap.loc = relocate(snap.loc);
+            }
+            if let Some(snap) = &mut s.server_snapshot {
+                snap.loc = relocate(snap.loc);
+            }
+        }
+    }
+
     pub fn live_ranges(&self) -> Vec<(u64, u64)> {
         let mut ranges = Vec::new();
         for s in self.streams.values() {

@@ -143,6 +143,17 @@ impl StreamsState {
         std::mem::take(&mut self.changed)
     }
 
+    /// Marks streams as changed (their readers are woken).
+    pub fn mark_changed(&mut self, ids: Vec<StreamId>) {
+        self.changed.extend(ids);
+    }
+
+    /// Every stream id, live or soft-deleted (readers of each must re-read
+    /// when a whole state is replaced).
+    pub fn stream_ids(&self) -> Vec<StreamId> {
+        self.streams.keys().copied().collect()
+    }
+
     pub fn stream(&self, id: StreamId) -> Option<&StreamState> {
         self.streams.get(&id)
     }

@@ -121,13 +121,13 @@ pub(crate) fn checkpoint_and_collect(
 
 /// Log ranges holding live bytes, sorted, with the running maximum of
 /// their ends so a segment check is one binary search.
-struct LiveSet {
+pub(crate) struct LiveSet {
     starts: Vec<u64>,
     max_end: Vec<u64>,
 }
 
 impl LiveSet {
-    fn new(mut ranges: Vec<(u64, u64)>) -> LiveSet {
+    pub(crate) fn new(mut ranges: Vec<(u64, u64)>) -> LiveSet {
         ranges.sort_unstable();
         let mut max_end = Vec::with_capacity(ranges.len());
         let mut running = 0;
@@ -142,7 +142,7 @@ impl LiveSet {
     }
 
     /// Whether any live range touches `[base, end)`.
-    fn touches(&self, base: u64, end: u64) -> bool {
+    pub(crate) fn touches(&self, base: u64, end: u64) -> bool {
         let idx = self.starts.partition_point(|loc| *loc < end);
         idx > 0 && self.max_end[idx - 1] > base
     }

@@ -25,16 +25,26 @@ use runnel_core::{Applied, Command, StreamsState};
 use runnel_log::{Log, LogOptions};
 
 use crate::history;
-use crate::node::{check_meta, group_index, EngineConfig, OpenError};
+use crate::node::{
+    check_meta, group_index, refuse_collected_log_without_checkpoint, EngineConfig, OpenError,
+};
+use crate::raft::collect::Collector;
 use crate::raft::group::{GroupStatus, RaftGroup};
 use crate::raft::journal::{Durability, GroupLog, JournalStore};
-use crate::raft::state_machine::GroupStateMachine;
+use crate::raft::snapshot;
+use crate::raft::state_machine::{AppliedPoint, GroupShared, GroupStateMachine, Persisted};
 use crate::raft::transport::{self, raft_addr, NetworkFactory, PeerLink};
 use crate::raft::{NodeId, Raft};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
 
 const FORMAT: u32 = 2;
+/// A group snapshots (and its log before the snapshot can go) after this
+/// many Raft entries, besides the periodic checkpoint.
+const SNAPSHOT_EVERY: u64 = 5000;
+/// Entries kept before a snapshot for followers slightly behind; one
+/// further behind is sent the snapshot.
+const KEEP_AFTER_SNAPSHOT: u64 = 100;
 
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {
@@ -68,6 +78,7 @@ pub struct ClusterNode {
     /// HTTP address of every node.
     peers: BTreeMap<NodeId, String>,
     log: Arc<Log>,
+    collector: Arc<Collector>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -92,6 +103,21 @@ impl ClusterNode {
             ),
         )?;
 
+        let files = (0..group_count)
+            .map(|g| snapshot::load(&engine.data_dir, g))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|reason| OpenError::Checkpoint { reason })?;
+        // Segments are only collected once every group has a snapshot.
+        let replay_from = files
+            .iter()
+            .map(|f| f.as_ref().map(|f| f.header.replay_from))
+            .collect::<Option<Vec<u64>>>()
+            .and_then(|from| from.into_iter().min())
+            .unwrap_or(0);
+        if replay_from == 0 {
+            refuse_collected_log_without_checkpoint(&engine.data_dir.join("log"))?;
+        }
+
         let durability = Durability::new();
         let listener_durability = Arc::clone(&durability);
         let listener = Box::new(move |status| listener_durability.on_status(status));
@@ -101,14 +127,14 @@ impl ClusterNode {
             segment_bytes: engine.segment_bytes,
             sync: engine.sync,
             max_record_bytes: engine.max_record_bytes,
-            replay_from: 0,
+            replay_from,
         };
         let log = Log::open(&engine.data_dir.join("log"), options, listener, |record| {
             let result = record
                 .payload
                 .first_chunk::<4>()
                 .map(|g| u32::from_le_bytes(*g) as usize)
-                .filter(|_| record.payload.len() > crate::raft::RECORD_PREFIX)
+                .filter(|_| record.payload.len() >= crate::raft::RECORD_PREFIX)
                 .ok_or_else(|| "record shorter than its prefix".to_string())
                 .and_then(|g| {
                     indexes.get_mut(g).ok_or_else(|| {
@@ -136,7 +162,12 @@ impl ClusterNode {
                 heartbeat_interval: config.heartbeat.as_millis() as u64,
                 election_timeout_min: config.election_timeout.0.as_millis() as u64,
                 election_timeout_max: config.election_timeout.1.as_millis() as u64,
-                snapshot_policy: openraft::SnapshotPolicy::Never,
+                snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY),
+                max_in_snapshot_log_to_keep: KEEP_AFTER_SNAPSHOT,
+                // A snapshot travels in 1 MiB chunks; the last one waits
+                // for the receiver to copy the bytes into its log.
+                snapshot_max_chunk_size: 1 << 20,
+                install_snapshot_timeout: 10_000,
                 max_payload_entries: 1024,
                 ..Default::default()
             }
@@ -157,17 +188,39 @@ impl ClusterNode {
         let links = Arc::new(links);
 
         let mut groups = Vec::new();
-        for (g, index) in indexes.into_iter().enumerate() {
-            let index = Arc::new(Mutex::new(index));
-            let view = GroupView::new(StreamsState::new(), Arc::clone(&log));
+        let mut shares = Vec::new();
+        for (g, (mut index, file)) in indexes.into_iter().zip(files).enumerate() {
+            let (state, applied, persisted) = match file {
+                None => (StreamsState::new(), AppliedPoint::default(), None),
+                Some(file) => {
+                    let state = snapshot::decode_state(&file.state)
+                        .map_err(|reason| OpenError::Checkpoint { reason })?;
+                    if let Some(last) = file.last_log_id() {
+                        index.start_after_snapshot(last, file.header.vote);
+                    }
+                    let applied = AppliedPoint {
+                        last: file.last_log_id(),
+                        membership: file.header.meta.last_membership.clone(),
+                    };
+                    let live = state.live_ranges();
+                    (state, applied, Some(Persisted { file, live }))
+                }
+            };
+            let shared = GroupShared {
+                group: g as u32,
+                data_dir: engine.data_dir.clone(),
+                view: GroupView::new(state, Arc::clone(&log)),
+                index: Arc::new(Mutex::new(index)),
+                durability: Arc::clone(&durability),
+                applied: Arc::new(Mutex::new(applied)),
+                persisted: Arc::new(Mutex::new(persisted)),
+            };
             let store = JournalStore::new(
                 g as u32,
                 Arc::clone(&log),
                 Arc::clone(&durability),
-                Arc::clone(&index),
+                Arc::clone(&shared.index),
             );
-            let state_machine =
-                GroupStateMachine::new(view.clone(), index, Arc::clone(&durability));
             let network = NetworkFactory {
                 group: g as u32,
                 peers: Arc::clone(&links),
@@ -177,7 +230,7 @@ impl ClusterNode {
                 Arc::clone(&raft_config),
                 network,
                 store,
-                state_machine,
+                GroupStateMachine::new(shared.clone()),
             )
             .await
             .map_err(|e| OpenError::Config {
@@ -187,9 +240,10 @@ impl ClusterNode {
                 g as u32,
                 config.node_id,
                 raft,
-                view,
+                shared.view.clone(),
                 engine.max_pending_proposals,
             )));
+            shares.push(shared);
         }
 
         let raft_listen = raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?;
@@ -213,6 +267,10 @@ impl ClusterNode {
             engine.sweep_interval,
             engine.compaction,
         ));
+        let collector = Arc::new(Collector::new(groups.clone(), shares, Arc::clone(&log)));
+        let collecting = tokio::spawn(
+            Arc::clone(&collector).run(engine.checkpoint_interval, engine.checkpoint_bytes),
+        );
         tracing::info!(
             node_id = config.node_id,
             raft = %raft_listen,
@@ -225,7 +283,8 @@ impl ClusterNode {
             groups,
             peers: config.peers.clone(),
             log,
-            tasks: vec![server, balancer, upkeep],
+            collector,
+            tasks: vec![server, balancer, upkeep, collecting],
         }))
     }
 
@@ -260,6 +319,18 @@ impl ClusterNode {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         false
+    }
+
+    /// Snapshots every group that applied entries since its last snapshot,
+    /// then deletes the log segments no group needs any more; returns the
+    /// bytes reclaimed.
+    pub async fn checkpoint(&self) -> Result<u64, String> {
+        self.collector.checkpoint().await
+    }
+
+    /// Segment files of the shared log.
+    pub fn log_segments(&self) -> usize {
+        self.log.segment_count()
     }
 
     pub async fn shutdown(&self) {
@@ -301,15 +372,17 @@ async fn form_and_balance(
     for group in groups.iter().filter(|g| !preferred(g)) {
         group.raft().runtime_config().elect(false);
     }
-    for group in groups.iter().filter(|g| preferred(g)) {
-        initialize(Arc::clone(group)).await;
-    }
     // A running cluster's leaders make themselves known within a heartbeat
-    // or two; only leaderless groups need an election.
+    // or two (to a restarted or wiped node too): only leaderless groups are
+    // initialized or need an election.
     tokio::time::sleep(hold_back / 10).await;
     for group in groups.iter().filter(|g| preferred(g)) {
         if group.leader().is_none() {
-            let _ = group.raft().trigger().elect().await;
+            if group.raft().is_initialized().await.unwrap_or(true) {
+                let _ = group.raft().trigger().elect().await;
+            } else {
+                initialize(Arc::clone(group)).await;
+            }
         }
     }
     tokio::time::sleep(hold_back).await;

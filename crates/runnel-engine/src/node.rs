@@ -377,7 +377,7 @@ async fn checkpoint_loop(
 /// first segments were collected can only be recovered from the
 /// checkpoint that allowed it, and opening it without one would discard
 /// the rest as corruption.
-fn refuse_collected_log_without_checkpoint(log_dir: &Path) -> Result<(), OpenError> {
+pub(crate) fn refuse_collected_log_without_checkpoint(log_dir: &Path) -> Result<(), OpenError> {
     let first = std::fs::read_dir(log_dir)
         .ok()
         .into_iter()

@@ -176,16 +176,18 @@ async fn killing_a_leader_loses_no_acknowledged_append() {
     cluster.wait_for_convergence(Duration::from_secs(20)).await;
 
     for writer in &writers {
-        let writer = writer.lock().unwrap();
-        assert!(writer.acked.len() > 10, "{} barely wrote", writer.name);
-        let expected = writer.acked.concat();
+        let (name, acked) = {
+            let writer = writer.lock().unwrap();
+            (writer.name.clone(), writer.acked.clone())
+        };
+        assert!(acked.len() > 10, "{name} barely wrote");
+        let expected = acked.concat();
         for node in 0..3 {
-            let body = read_all(&client, &cluster.stream_url(node, &writer.name)).await;
+            let body = read_all(&client, &cluster.stream_url(node, &name)).await;
             assert_eq!(
                 String::from_utf8(body).unwrap(),
                 expected,
-                "{} read through node {node}",
-                writer.name
+                "{name} read through node {node}"
             );
         }
     }
@@ -199,4 +201,137 @@ fn note_failure(outages: &Mutex<BTreeMap<String, (Instant, Instant)>>, url: &str
         .entry(url.to_string())
         .and_modify(|(_, last)| *last = now)
         .or_insert((now, now));
+}
+
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+/// Snapshots let the log shrink, a wiped node comes back by snapshot
+/// install, and a whole-cluster restart recovers from snapshots plus the
+/// log after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_reclaim_disk_and_rebuild_a_wiped_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--groups",
+        "3",
+        "--segment-bytes",
+        "1048576",
+        "--checkpoint-interval-secs",
+        "1",
+    ];
+    let mut cluster = Cluster::start(dir.path(), 3, &args).await;
+    let client = reqwest::Client::new();
+    let chunk = "x".repeat(8 << 10);
+    // 6 streams x 100 appends x 8 KiB: 4.8 MB of stream bytes.
+    for s in 0..6 {
+        let url = cluster.stream_url(s % 3, &format!("big-{s}"));
+        let r = client
+            .put(&url)
+            .header("content-type", "text/plain")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+        for _ in 0..100 {
+            let r = client
+                .post(&url)
+                .header("content-type", "text/plain")
+                .body(chunk.clone())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 204);
+        }
+    }
+    let log_dir = |n: usize| dir.path().join(format!("n{n}/log"));
+    let written = dir_bytes(&log_dir(1));
+    assert!(written > 4_800_000, "the log holds the appends: {written}");
+    // Half the streams go; their bytes can leave the disk.
+    for s in 0..3 {
+        let r = client
+            .delete(cluster.stream_url(0, &format!("big-{s}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 204);
+    }
+    // A few more appends roll the log past the segments to collect.
+    let url = cluster.stream_url(1, "big-5");
+    for _ in 0..130 {
+        client
+            .post(&url)
+            .header("content-type", "text/plain")
+            .body(chunk.clone())
+            .send()
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let now = dir_bytes(&log_dir(1));
+        if now < written {
+            eprintln!("log of node 1: {written} bytes after the appends, {now} after collection");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no segment was collected ({now} bytes)"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    for n in 1..=3 {
+        assert!(
+            dir.path()
+                .join(format!("n{n}/snapshots/group-0.snap"))
+                .exists(),
+            "node {n} wrote snapshot files"
+        );
+    }
+    let expected: Vec<Vec<u8>> = {
+        let mut all = Vec::new();
+        for s in 3..6 {
+            all.push(read_all(&client, &cluster.stream_url(0, &format!("big-{s}"))).await);
+        }
+        all
+    };
+
+    // Node 3 loses its disk: it comes back from the others' snapshots.
+    cluster.kill(2);
+    std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
+    cluster.restart(2).await;
+    cluster.wait_for_convergence(Duration::from_secs(30)).await;
+    assert!(
+        dir.path().join("n3/snapshots/group-0.snap").exists(),
+        "the wiped node installed and stored snapshots"
+    );
+
+    // Every node restarts: snapshots plus the log after them.
+    for n in 0..3 {
+        cluster.kill(n);
+    }
+    for n in 0..3 {
+        cluster.restart(n).await;
+    }
+    cluster.wait_for_leaders(Duration::from_secs(30)).await;
+    cluster.wait_for_convergence(Duration::from_secs(30)).await;
+    for (i, s) in (3..6).enumerate() {
+        for node in 0..3 {
+            let body = read_all(&client, &cluster.stream_url(node, &format!("big-{s}"))).await;
+            assert_eq!(body.len(), expected[i].len(), "big-{s} through node {node}");
+            assert!(body == expected[i], "big-{s} through node {node}");
+        }
+    }
+    for s in 0..3 {
+        let r = client
+            .head(cluster.stream_url(2, &format!("big-{s}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 404, "big-{s} stays deleted");
+    }
 }

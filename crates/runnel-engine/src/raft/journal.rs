@@ -150,6 +150,8 @@ impl GroupLog {
             kind::COMMITTED => self.committed = bincode::deserialize(body).map_err(decode_err)?,
             kind::TRUNCATE => self.truncate(bincode::deserialize(body).map_err(decode_err)?),
             kind::PURGE => self.purge(bincode::deserialize(body).map_err(decode_err)?),
+            // Bytes of an installed snapshot: the snapshot file points here.
+            kind::BLOB => {}
             other => return Err(format!("unknown raft record kind {other}")),
         }
         Ok(())
@@ -214,6 +216,44 @@ impl GroupLog {
 
     pub fn last_purged(&self) -> Option<LogId> {
         self.last_purged
+    }
+
+    pub fn vote(&self) -> Option<Vote> {
+        self.vote
+    }
+
+    /// Where replay must start to recover everything after a snapshot
+    /// whose last entry is `snapshot_index`: the record of the first entry
+    /// after it, or, with none yet, `log_end` (later ones go after it).
+    pub fn replay_point(&self, snapshot_index: Option<u64>, log_end: u64) -> u64 {
+        let after = snapshot_index.map_or(0, |i| i + 1);
+        let first = after.max(self.first_index);
+        match self.get(first) {
+            Some(loc) => loc.payload_pos - runnel_log::HEADER_LEN,
+            None => log_end,
+        }
+    }
+
+    /// The record of the group's first live entry, if any: segments before
+    /// it hold nothing a lagging follower could still be sent.
+    pub fn first_entry_position(&self) -> Option<u64> {
+        self.entries
+            .front()
+            .map(|loc| loc.payload_pos - runnel_log::HEADER_LEN)
+    }
+
+    /// After recovery: entries up to a loaded snapshot are covered by it,
+    /// and its vote may be newer than any vote record replayed.
+    pub fn start_after_snapshot(&mut self, last: LogId, vote: Option<Vote>) {
+        if self.last_purged.is_none_or(|p| p < last) {
+            self.purge(last);
+        }
+        if vote > self.vote {
+            self.vote = vote;
+        }
+        if self.committed.is_none_or(|c| c < last) {
+            self.committed = Some(last);
+        }
     }
 }
 
@@ -357,18 +397,17 @@ impl RaftLogStorage<TypeConfig> for JournalStore {
     {
         let mut record = Vec::new();
         let mut last_end = None;
-        let durable = self.log.durable_position();
-        self.index
-            .lock()
-            .expect("raft index lock")
-            .forget_durable(durable);
+        // Held across the appends, so a snapshot that reads the index and
+        // the log's position sees every appended entry (see
+        // `GroupLog::replay_point`).
+        let mut index = self.index.lock().expect("raft index lock");
+        index.forget_durable(self.log.durable_position());
         for entry in entries {
             encode_record(self.group, kind::ENTRY, &entry, &mut record);
             let at = self
                 .log
                 .append(&record)
                 .map_err(|e| storage_error(ErrorSubject::Log(entry.log_id), ErrorVerb::Write, e))?;
-            let mut index = self.index.lock().expect("raft index lock");
             index.push(EntryLoc {
                 log_id: entry.log_id,
                 payload_pos: at.payload_pos,
@@ -377,6 +416,7 @@ impl RaftLogStorage<TypeConfig> for JournalStore {
             index.unflushed.insert(entry.log_id.index, (entry, at.end));
             last_end = Some(at.end);
         }
+        drop(index);
         match last_end {
             Some(end) => self.durability.when_durable(
                 end,

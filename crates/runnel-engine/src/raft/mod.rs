@@ -25,9 +25,11 @@
 // our helpers return what the traits do.
 #![allow(clippy::result_large_err)]
 
+pub(crate) mod collect;
 pub mod group;
-pub mod journal;
-pub mod state_machine;
+pub(crate) mod journal;
+pub(crate) mod snapshot;
+pub(crate) mod state_machine;
 pub mod transport;
 
 use std::fmt;
@@ -125,6 +127,8 @@ pub(crate) mod kind {
     pub const TRUNCATE: u8 = 4;
     /// Entries up to this log id were purged.
     pub const PURGE: u8 = 5;
+    /// Stream bytes copied from an installed snapshot.
+    pub const BLOB: u8 = 6;
 }
 
 /// Bytes before a record's bincode body.

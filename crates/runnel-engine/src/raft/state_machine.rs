@@ -3,10 +3,12 @@
 //! engine applies them, with each stream's bytes left where the entry's
 //! record lies in this node's shared log.
 //!
-//! The state is rebuilt from the log at start (openraft re-applies the
-//! committed entries), so nothing here is persisted separately.
+//! Snapshots ([`super::snapshot`]) persist the state so the log before it
+//! can go; at start the state is the last snapshot's, and openraft
+//! re-applies the committed entries after it.
 
 use std::io::Cursor;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -17,30 +19,96 @@ use openraft::{
 use runnel_core::Entry;
 
 use super::journal::{Durability, GroupLog};
-use super::{storage_error, ApplyOutcome, LogId, NodeId, RaftEntry, StorageError, TypeConfig};
+use super::snapshot::{self, FileHeader, Relocation, SnapshotFile};
+use super::{
+    kind, storage_error, ApplyOutcome, LogId, NodeId, RaftEntry, StorageError, TypeConfig,
+    RECORD_PREFIX,
+};
 use crate::view::GroupView;
 
+type Membership = StoredMembership<NodeId, BasicNode>;
+
+/// The last applied entry and membership, changed only under the state's
+/// write lock so that a reader of the state sees the matching pair.
+#[derive(Debug, Clone, Default)]
+pub struct AppliedPoint {
+    pub last: Option<LogId>,
+    pub membership: Membership,
+}
+
+/// A group's latest snapshot file and the log ranges its state points
+/// into (which must outlive any log garbage collection).
+#[derive(Debug, Clone)]
+pub struct Persisted {
+    pub file: SnapshotFile,
+    pub live: Vec<(u64, u64)>,
+}
+
+/// What the state machine and its snapshot builder share.
+#[derive(Clone)]
+pub struct GroupShared {
+    pub group: u32,
+    pub data_dir: PathBuf,
+    pub view: GroupView,
+    pub index: Arc<Mutex<GroupLog>>,
+    pub durability: Arc<Durability>,
+    pub applied: Arc<Mutex<AppliedPoint>>,
+    pub persisted: Arc<Mutex<Option<Persisted>>>,
+}
+
 pub struct GroupStateMachine {
-    view: GroupView,
-    index: Arc<Mutex<GroupLog>>,
-    durability: Arc<Durability>,
-    last_applied: Option<LogId>,
-    membership: StoredMembership<NodeId, BasicNode>,
+    shared: GroupShared,
 }
 
 impl GroupStateMachine {
-    pub(crate) fn new(
-        view: GroupView,
-        index: Arc<Mutex<GroupLog>>,
-        durability: Arc<Durability>,
-    ) -> GroupStateMachine {
-        GroupStateMachine {
-            view,
-            index,
-            durability,
-            last_applied: None,
-            membership: StoredMembership::default(),
+    pub(crate) fn new(shared: GroupShared) -> GroupStateMachine {
+        GroupStateMachine { shared }
+    }
+}
+
+fn sm_error(reason: impl std::fmt::Display) -> StorageError {
+    storage_error(ErrorSubject::StateMachine, ErrorVerb::Write, reason)
+}
+
+fn snapshot_error(reason: impl std::fmt::Display) -> StorageError {
+    storage_error(ErrorSubject::Snapshot(None), ErrorVerb::Write, reason)
+}
+
+impl GroupShared {
+    /// Moves the snapshot file's replay point up to the group's first
+    /// entry after the snapshot (or the log's end), so an idle group does
+    /// not hold back the collection of the log before it. Records of the
+    /// group before the new point are covered by the file (its vote is
+    /// refreshed with it).
+    pub async fn advance_replay_point(&self) -> Result<(), StorageError> {
+        let Some(persisted) = self.persisted.lock().expect("snapshot lock").clone() else {
+            return Ok(());
+        };
+        let (vote, replay_from) = {
+            let index = self.index.lock().expect("raft index lock");
+            let snapshot_index = persisted.file.last_log_id().map(|l| l.index);
+            let log_end = self.view.log.durable_position();
+            (index.vote(), index.replay_point(snapshot_index, log_end))
+        };
+        if replay_from <= persisted.file.header.replay_from {
+            return Ok(());
         }
+        let mut file = persisted.file;
+        file.header.vote = vote;
+        file.header.replay_from = replay_from;
+        self.persist(file, persisted.live).await
+    }
+
+    /// Writes `file` as the group's snapshot (off the async workers: it
+    /// fsyncs) and remembers it with the ranges it points into.
+    async fn persist(&self, file: SnapshotFile, live: Vec<(u64, u64)>) -> Result<(), StorageError> {
+        let (dir, group, to_store) = (self.data_dir.clone(), self.group, file.clone());
+        tokio::task::spawn_blocking(move || snapshot::store(&dir, group, &to_store))
+            .await
+            .map_err(snapshot_error)?
+            .map_err(snapshot_error)?;
+        *self.persisted.lock().expect("snapshot lock") = Some(Persisted { file, live });
+        Ok(())
     }
 }
 
@@ -52,12 +120,11 @@ struct Decoded {
 }
 
 impl RaftStateMachine<TypeConfig> for GroupStateMachine {
-    type SnapshotBuilder = NoSnapshots;
+    type SnapshotBuilder = SnapshotBuilder;
 
-    async fn applied_state(
-        &mut self,
-    ) -> Result<(Option<LogId>, StoredMembership<NodeId, BasicNode>), StorageError> {
-        Ok((self.last_applied, self.membership.clone()))
+    async fn applied_state(&mut self) -> Result<(Option<LogId>, Membership), StorageError> {
+        let applied = self.shared.applied.lock().expect("applied lock").clone();
+        Ok((applied.last, applied.membership))
     }
 
     async fn apply<I>(&mut self, entries: I) -> Result<Vec<ApplyOutcome>, StorageError>
@@ -69,17 +136,19 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         // entries carry none).
         let mut decoded: Vec<Vec<Decoded>> = Vec::new();
         let mut durable_end = 0;
+        let mut point = self.shared.applied.lock().expect("applied lock").clone();
         for raft_entry in entries {
             let log_id = raft_entry.log_id;
-            self.last_applied = Some(log_id);
+            point.last = Some(log_id);
             let mut batch = Vec::new();
             match raft_entry.payload {
                 EntryPayload::Blank => {}
                 EntryPayload::Membership(m) => {
-                    self.membership = StoredMembership::new(Some(log_id), m);
+                    point.membership = StoredMembership::new(Some(log_id), m);
                 }
                 EntryPayload::Normal(request) => {
                     let loc = self
+                        .shared
                         .index
                         .lock()
                         .expect("raft index lock")
@@ -121,11 +190,13 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         }
         // A quorum may commit an entry before this node's own copy is
         // durable; reads serve bytes from the log, so wait for it.
-        self.durability
+        self.shared
+            .durability
             .wait(durable_end)
             .await
-            .map_err(|e| storage_error(ErrorSubject::StateMachine, ErrorVerb::Write, e))?;
-        Ok(self.view.apply(|state| {
+            .map_err(sm_error)?;
+        Ok(self.shared.view.apply(|state| {
+            *self.shared.applied.lock().expect("applied lock") = point;
             decoded
                 .into_iter()
                 .map(|batch| {
@@ -141,41 +212,134 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        NoSnapshots
+        SnapshotBuilder {
+            shared: self.shared.clone(),
+        }
     }
 
     async fn begin_receiving_snapshot(&mut self) -> Result<Box<Cursor<Vec<u8>>>, StorageError> {
         Ok(Box::new(Cursor::new(Vec::new())))
     }
 
+    /// Copies the snapshot's bytes into this node's log, relocates its
+    /// state onto them, and replaces the group's state with it.
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
-        _snapshot: Box<Cursor<Vec<u8>>>,
+        snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
-        Err(storage_error(
-            ErrorSubject::Snapshot(Some(meta.signature())),
-            ErrorVerb::Write,
-            "installing Raft snapshots is not supported yet (logs are never purged)",
-        ))
+        let shared = &self.shared;
+        let bytes = snapshot.into_inner();
+        let transfer = snapshot::decode_transfer(&bytes).map_err(snapshot_error)?;
+        let mut state = snapshot::decode_state(transfer.state).map_err(snapshot_error)?;
+        let mut moved = Vec::with_capacity(transfer.ranges.len());
+        let mut record = Vec::new();
+        let mut end = 0;
+        for (from, data) in &transfer.ranges {
+            record.clear();
+            record.extend_from_slice(&shared.group.to_le_bytes());
+            record.push(kind::BLOB);
+            record.extend_from_slice(data);
+            let at = shared.view.log.append(&record).map_err(snapshot_error)?;
+            moved.push((
+                *from,
+                data.len() as u64,
+                at.payload_pos + RECORD_PREFIX as u64,
+            ));
+            end = at.end;
+        }
+        shared.durability.wait(end).await.map_err(snapshot_error)?;
+        let relocation = Relocation::new(moved);
+        state.relocate(|loc| relocation.map(loc));
+        let local_state = state.encode_checkpoint();
+        let live = state.live_ranges();
+        shared.view.apply(|current| {
+            let mut changed = current.stream_ids();
+            changed.extend(state.stream_ids());
+            *current = state;
+            current.mark_changed(changed);
+            *shared.applied.lock().expect("applied lock") = AppliedPoint {
+                last: meta.last_log_id,
+                membership: meta.last_membership.clone(),
+            };
+        });
+        let (vote, replay_from) = {
+            let index = shared.index.lock().expect("raft index lock");
+            let index_of = meta.last_log_id.map(|l| l.index);
+            (
+                index.vote(),
+                index.replay_point(index_of, shared.view.log.durable_position()),
+            )
+        };
+        let file = SnapshotFile {
+            header: FileHeader {
+                meta: meta.clone(),
+                vote,
+                replay_from,
+            },
+            state: local_state,
+        };
+        tracing::info!(group = shared.group, last = ?meta.last_log_id, bytes = bytes.len(), "installed a snapshot");
+        shared.persist(file, live).await
     }
 
     async fn get_current_snapshot(&mut self) -> Result<Option<Snapshot<TypeConfig>>, StorageError> {
-        Ok(None)
+        let Some(persisted) = self.shared.persisted.lock().expect("snapshot lock").clone() else {
+            return Ok(None);
+        };
+        let log = &self.shared.view.log;
+        let data = snapshot::encode_transfer(&persisted.file.state, &persisted.live, |loc, buf| {
+            log.read_at(loc, buf).map_err(|e| e.to_string())
+        })
+        .map_err(snapshot_error)?;
+        Ok(Some(Snapshot {
+            meta: persisted.file.header.meta,
+            snapshot: Box::new(Cursor::new(data)),
+        }))
     }
 }
 
-/// Groups keep their whole Raft log (the snapshot policy is `Never` and
-/// nothing is purged), so a lagging follower always catches up from the
-/// log and no snapshot is ever built.
-pub struct NoSnapshots;
+/// Builds a snapshot of the applied state and persists it as the group's
+/// snapshot file (openraft then purges the log before it). The bytes for
+/// a follower are assembled when one needs them
+/// ([`RaftStateMachine::get_current_snapshot`]).
+pub struct SnapshotBuilder {
+    shared: GroupShared,
+}
 
-impl RaftSnapshotBuilder<TypeConfig> for NoSnapshots {
+impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
-        Err(storage_error(
-            ErrorSubject::Snapshot(None),
-            ErrorVerb::Write,
-            "building Raft snapshots is not supported yet (logs are never purged)",
-        ))
+        let shared = &self.shared;
+        let (state, live, point) = shared.view.with_state(|state| {
+            let point = shared.applied.lock().expect("applied lock").clone();
+            (state.encode_checkpoint(), state.live_ranges(), point)
+        });
+        let (vote, replay_from) = {
+            let index = shared.index.lock().expect("raft index lock");
+            let log_end = shared.view.log.durable_position();
+            (
+                index.vote(),
+                index.replay_point(point.last.map(|l| l.index), log_end),
+            )
+        };
+        let meta = SnapshotMeta {
+            last_log_id: point.last,
+            last_membership: point.membership,
+            snapshot_id: format!("{}-{}", point.last.map_or(0, |l| l.index), crate::now_ms()),
+        };
+        let file = SnapshotFile {
+            header: FileHeader {
+                meta: meta.clone(),
+                vote,
+                replay_from,
+            },
+            state,
+        };
+        shared.persist(file, live).await?;
+        tracing::debug!(group = shared.group, last = ?meta.last_log_id, "snapshot written");
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(Cursor::new(Vec::new())),
+        })
     }
 }

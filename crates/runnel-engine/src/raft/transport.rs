@@ -34,6 +34,7 @@ use super::{NodeId, Raft, TypeConfig};
 
 const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
+const KIND_SNAPSHOT: u8 = 3;
 /// Largest frame accepted (a batch of entries of the largest record size).
 const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -279,12 +280,10 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
 
     async fn install_snapshot(
         &mut self,
-        _rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
-        Err(RPCError::Network(NetworkError::new(&io(
-            "Raft snapshots are not supported yet (logs are never purged)".into(),
-        ))))
+        self.rpc(KIND_SNAPSHOT, &rpc, &option).await
     }
 
     async fn vote(
@@ -370,6 +369,11 @@ async fn answer(groups: &[Raft], kind: u8, group: u32, body: &[u8]) -> Result<Ve
         KIND_VOTE => {
             let request: VoteRequest<NodeId> = bincode::deserialize(body).map_err(bad)?;
             bincode::serialize(&raft.vote(request).await)
+        }
+        KIND_SNAPSHOT => {
+            let request: InstallSnapshotRequest<TypeConfig> =
+                bincode::deserialize(body).map_err(bad)?;
+            bincode::serialize(&raft.install_snapshot(request).await)
         }
         other => return Err(format!("unknown raft request kind {other}")),
     };

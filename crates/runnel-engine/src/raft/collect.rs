@@ -1,0 +1,144 @@
+//! Checkpoints of a cluster member: snapshot every group that applied
+//! entries since its last snapshot, then delete the shared log's segments
+//! that no group needs any more.
+//!
+//! A segment is needed while it holds bytes a group's snapshot file points
+//! into, or lies at or after a group's replay point (records recovery
+//! replays on top of the snapshot) or its first live Raft entry (entries
+//! a lagging follower may still be sent). Nothing is collected until every
+//! group has a snapshot file. Each checkpoint purges the Raft log up to
+//! the snapshot (purges are asynchronous: the segments they free go at
+//! the next checkpoint).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use runnel_log::Log;
+
+use super::group::RaftGroup;
+use super::state_machine::GroupShared;
+use crate::checkpoint::LiveSet;
+
+pub struct Collector {
+    groups: Vec<Arc<RaftGroup>>,
+    shares: Vec<GroupShared>,
+    log: Arc<Log>,
+}
+
+/// How long a checkpoint waits for the snapshots it asked for.
+const SNAPSHOT_WAIT: Duration = Duration::from_secs(30);
+
+impl Collector {
+    pub fn new(groups: Vec<Arc<RaftGroup>>, shares: Vec<GroupShared>, log: Arc<Log>) -> Collector {
+        Collector {
+            groups,
+            shares,
+            log,
+        }
+    }
+
+    /// Checkpoints every `interval`, or sooner once `bytes` of log were
+    /// written since the last one.
+    pub async fn run(self: Arc<Self>, interval: Duration, bytes: u64) {
+        let mut last = (tokio::time::Instant::now(), self.log.durable_position());
+        loop {
+            tokio::time::sleep(Duration::from_secs(1).min(interval)).await;
+            let position = self.log.durable_position();
+            if last.0.elapsed() < interval && position.saturating_sub(last.1) < bytes {
+                continue;
+            }
+            last = (tokio::time::Instant::now(), position);
+            match self.checkpoint().await {
+                Ok(reclaimed) => tracing::debug!(reclaimed, "cluster checkpoint done"),
+                Err(err) => tracing::error!(error = %err, "cluster checkpoint failed"),
+            }
+        }
+    }
+
+    /// Snapshots the groups that moved, then collects segments; returns
+    /// the bytes reclaimed.
+    pub async fn checkpoint(&self) -> Result<u64, String> {
+        let mut waiting = Vec::new();
+        for (group, shared) in self.groups.iter().zip(&self.shares) {
+            let applied = shared.applied.lock().expect("applied lock").last;
+            if applied.is_some() && applied > snapshot_point(shared) {
+                group
+                    .raft()
+                    .trigger()
+                    .snapshot()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                waiting.push((shared, applied));
+            }
+        }
+        let deadline = tokio::time::Instant::now() + SNAPSHOT_WAIT;
+        for (shared, applied) in waiting {
+            while snapshot_point(shared) < applied {
+                if tokio::time::Instant::now() > deadline {
+                    return Err(format!("group {} did not snapshot in time", shared.group));
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        for (group, shared) in self.groups.iter().zip(&self.shares) {
+            // The entries a snapshot covers go (openraft keeps a few after
+            // its own snapshots, which would pin an idle group's first
+            // segment forever); a follower behind them is sent the snapshot.
+            if let Some(point) = snapshot_point(shared) {
+                group
+                    .raft()
+                    .trigger()
+                    .purge_log(point.index)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            }
+            shared
+                .advance_replay_point()
+                .await
+                .map_err(|e| e.to_string())?;
+        }
+        self.collect().await
+    }
+
+    async fn collect(&self) -> Result<u64, String> {
+        let mut before = u64::MAX;
+        let mut live = Vec::new();
+        for shared in &self.shares {
+            let Some(persisted) = shared.persisted.lock().expect("snapshot lock").clone() else {
+                return Ok(0);
+            };
+            let first_entry = shared
+                .index
+                .lock()
+                .expect("raft index lock")
+                .first_entry_position();
+            tracing::debug!(
+                group = shared.group,
+                replay_from = persisted.file.header.replay_from,
+                first_entry,
+                "log needed from"
+            );
+            before = before
+                .min(persisted.file.header.replay_from)
+                .min(first_entry.unwrap_or(u64::MAX));
+            live.extend(persisted.live);
+        }
+        let log = Arc::clone(&self.log);
+        tokio::task::spawn_blocking(move || {
+            let live = LiveSet::new(live);
+            log.collect_segments(before, |base, end| live.touches(base, end))
+        })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| format!("collecting segments: {e}"))
+    }
+}
+
+fn snapshot_point(shared: &GroupShared) -> Option<super::LogId> {
+    shared
+        .persisted
+        .lock()
+        .expect("snapshot lock")
+        .as_ref()
+        .and_then(|p| p.file.last_log_id())
+}
