@@ -260,6 +260,7 @@ impl ClusterNode {
             groups.clone(),
             config.node_id,
             members,
+            Arc::clone(&links),
             config.election_timeout.1 * 3,
         ));
         let upkeep = tokio::spawn(history::upkeep(
@@ -342,16 +343,18 @@ impl ClusterNode {
 
 /// Forms new groups and balances leadership. Each group has a preferred
 /// leader (`group % nodes` in node-id order). A node initializes the new
-/// groups it prefers at once (openraft then elects it) and holds back,
-/// for a few election timeouts, both the initialization and the election
-/// timer of the others, so leadership starts out balanced. If the
-/// preferred node is down, the others form or take over the group once
-/// they stop waiting. Initializing with the same membership on several
-/// nodes is safe.
+/// groups it prefers at once (openraft then elects it) and holds back, for
+/// a few election timeouts, its election timer in the others, so
+/// leadership starts out balanced. A group whose preferred node is down
+/// when the cluster first forms is initialized by the others once they
+/// stop waiting (initializing with the same membership on several nodes
+/// is safe). A group that any peer already has is never initialized
+/// here: a node that lost its disk rejoins and is sent a snapshot.
 async fn form_and_balance(
     groups: Vec<Arc<RaftGroup>>,
     me: NodeId,
     members: BTreeMap<NodeId, BasicNode>,
+    links: Arc<HashMap<NodeId, Arc<PeerLink>>>,
     hold_back: Duration,
 ) {
     let nodes: Vec<NodeId> = members.keys().copied().collect();
@@ -359,37 +362,41 @@ async fn form_and_balance(
         return;
     };
     let preferred = |g: &RaftGroup| g.index() as usize % nodes.len() == rank;
-    let initialize = |group: Arc<RaftGroup>| {
-        let members = members.clone();
+    let form = |group: Arc<RaftGroup>| {
+        let (members, links) = (members.clone(), Arc::clone(&links));
         async move {
-            if !group.raft().is_initialized().await.unwrap_or(true) {
-                if let Err(err) = group.raft().initialize(members).await {
-                    tracing::debug!(group = group.index(), error = %err, "not initialized");
+            if group.raft().is_initialized().await.unwrap_or(true) {
+                return;
+            }
+            for link in links.values() {
+                if link.group_initialized(group.index()).await == Some(true) {
+                    return;
                 }
+            }
+            if let Err(err) = group.raft().initialize(members).await {
+                tracing::debug!(group = group.index(), error = %err, "not initialized");
             }
         }
     };
     for group in groups.iter().filter(|g| !preferred(g)) {
         group.raft().runtime_config().elect(false);
     }
+    for group in groups.iter().filter(|g| preferred(g)) {
+        form(Arc::clone(group)).await;
+    }
     // A running cluster's leaders make themselves known within a heartbeat
-    // or two (to a restarted or wiped node too): only leaderless groups are
-    // initialized or need an election.
+    // or two; only leaderless groups need an election.
     tokio::time::sleep(hold_back / 10).await;
     for group in groups.iter().filter(|g| preferred(g)) {
-        if group.leader().is_none() {
-            if group.raft().is_initialized().await.unwrap_or(true) {
-                let _ = group.raft().trigger().elect().await;
-            } else {
-                initialize(Arc::clone(group)).await;
-            }
+        if group.leader().is_none() && group.raft().is_initialized().await.unwrap_or(false) {
+            let _ = group.raft().trigger().elect().await;
         }
     }
     tokio::time::sleep(hold_back).await;
     for group in groups.iter().filter(|g| !preferred(g)) {
         group.raft().runtime_config().elect(true);
         if group.leader().is_none() {
-            initialize(Arc::clone(group)).await;
+            form(Arc::clone(group)).await;
         }
     }
 }

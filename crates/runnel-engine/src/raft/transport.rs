@@ -35,6 +35,9 @@ use super::{NodeId, Raft, TypeConfig};
 const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
 const KIND_SNAPSHOT: u8 = 3;
+/// Whether the receiver's copy of a group is initialized (a node that
+/// lost its disk must rejoin its groups, not found them anew).
+const KIND_PROBE: u8 = 4;
 /// Largest frame accepted (a batch of entries of the largest record size).
 const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -133,6 +136,16 @@ impl PeerLink {
                 Err(format!("no answer from {} within {timeout:?}", self.addr))
             }
         }
+    }
+
+    /// Whether this peer's copy of `group` is initialized (`None`: no
+    /// answer).
+    pub async fn group_initialized(&self, group: u32) -> Option<bool> {
+        let reply = self
+            .call(KIND_PROBE, group, &[], Duration::from_secs(1))
+            .await
+            .ok()?;
+        bincode::deserialize(&reply).ok()
     }
 
     async fn connect(&self) -> Result<Connection, String> {
@@ -375,6 +388,7 @@ async fn answer(groups: &[Raft], kind: u8, group: u32, body: &[u8]) -> Result<Ve
                 bincode::deserialize(body).map_err(bad)?;
             bincode::serialize(&raft.install_snapshot(request).await)
         }
+        KIND_PROBE => bincode::serialize(&raft.is_initialized().await.unwrap_or(false)),
         other => return Err(format!("unknown raft request kind {other}")),
     };
     encoded.map_err(|e| format!("encoding the raft response: {e}"))

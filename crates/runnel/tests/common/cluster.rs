@@ -59,7 +59,10 @@ impl Cluster {
             .arg("--data-dir")
             .arg(self.dir.join(format!("n{}", i + 1)))
             .args(&self.extra)
-            .env("RUNNEL_LOG", std::env::var("CLUSTER_TEST_LOG").unwrap_or("error,openraft=off".into()))
+            .env(
+                "RUNNEL_LOG",
+                std::env::var("CLUSTER_TEST_LOG").unwrap_or("error,openraft=off".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
