@@ -207,6 +207,7 @@ impl RunnelLog {
         });
         let options = LogOptions {
             sync,
+            manual_commit: false,
             ..LogOptions::default()
         };
         let log = Log::open(dir, options, listener, |_| Ok(()))

@@ -16,7 +16,6 @@
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,7 +32,7 @@ use crate::raft::group::{GroupStatus, RaftGroup};
 use crate::raft::journal::{Durability, GroupLog, JournalStore};
 use crate::raft::snapshot;
 use crate::raft::state_machine::{AppliedPoint, GroupShared, GroupStateMachine, Persisted};
-use crate::raft::transport::{self, raft_addr, NetworkFactory, PeerLink};
+use crate::raft::transport::{raft_addr, PeerLink, TcpTransport, Transport};
 use crate::raft::{NodeId, Raft};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
@@ -58,6 +57,9 @@ pub struct ClusterConfig {
     /// A follower that hears no leader for a random time in this range
     /// calls an election.
     pub election_timeout: (Duration, Duration),
+    /// Simulations: the shared log has no committer thread; the caller
+    /// commits it (see [`runnel_log::LogOptions::manual_commit`]).
+    pub manual_commit: bool,
 }
 
 impl ClusterConfig {
@@ -68,6 +70,7 @@ impl ClusterConfig {
             peers,
             heartbeat: Duration::from_millis(60),
             election_timeout: (Duration::from_millis(350), Duration::from_millis(700)),
+            manual_commit: false,
         }
     }
 }
@@ -87,14 +90,33 @@ impl ClusterNode {
     /// the groups and the Raft listener (HTTP port + 1), and forms the
     /// cluster if it is new.
     pub async fn open(config: &ClusterConfig) -> Result<Arc<ClusterNode>, OpenError> {
-        let engine = &config.engine;
-        let group_count = engine.groups.max(1);
+        let mut links = HashMap::new();
+        for (id, http) in &config.peers {
+            if *id != config.node_id {
+                let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
+                links.insert(*id, Arc::new(PeerLink::new(addr)));
+            }
+        }
         let own_addr = config
             .peers
             .get(&config.node_id)
             .ok_or_else(|| OpenError::Config {
                 reason: format!("--peers does not list this node ({})", config.node_id),
             })?;
+        let transport = TcpTransport {
+            links: Arc::new(links),
+            listen: raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?,
+        };
+        ClusterNode::open_with(config, transport).await
+    }
+
+    /// Opens a member that reaches its peers through `transport`.
+    pub(crate) async fn open_with<T: Transport>(
+        config: &ClusterConfig,
+        transport: T,
+    ) -> Result<Arc<ClusterNode>, OpenError> {
+        let engine = &config.engine;
+        let group_count = engine.groups.max(1);
         check_meta(
             &engine.data_dir,
             &format!(
@@ -128,6 +150,7 @@ impl ClusterNode {
             sync: engine.sync,
             max_record_bytes: engine.max_record_bytes,
             replay_from,
+            manual_commit: config.manual_commit,
         };
         let log = Log::open(&engine.data_dir.join("log"), options, listener, |record| {
             let result = record
@@ -176,16 +199,12 @@ impl ClusterNode {
                 reason: e.to_string(),
             })?,
         );
-        let mut links = HashMap::new();
         let mut members = BTreeMap::new();
         for (id, http) in &config.peers {
             let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
-            members.insert(*id, BasicNode { addr: addr.clone() });
-            if *id != config.node_id {
-                links.insert(*id, Arc::new(PeerLink::new(addr)));
-            }
+            members.insert(*id, BasicNode { addr });
         }
-        let links = Arc::new(links);
+        let transport = Arc::new(transport);
 
         let mut groups = Vec::new();
         let mut shares = Vec::new();
@@ -214,6 +233,7 @@ impl ClusterNode {
                 durability: Arc::clone(&durability),
                 applied: Arc::new(Mutex::new(applied)),
                 persisted: Arc::new(Mutex::new(persisted)),
+                inline_io: config.manual_commit,
             };
             let store = JournalStore::new(
                 g as u32,
@@ -221,10 +241,7 @@ impl ClusterNode {
                 Arc::clone(&durability),
                 Arc::clone(&shared.index),
             );
-            let network = NetworkFactory {
-                group: g as u32,
-                peers: Arc::clone(&links),
-            };
+            let network = transport.network(g as u32);
             let raft = Raft::new(
                 config.node_id,
                 Arc::clone(&raft_config),
@@ -246,35 +263,32 @@ impl ClusterNode {
             shares.push(shared);
         }
 
-        let raft_listen = raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?;
-        let listener = tokio::net::TcpListener::bind(&raft_listen)
-            .await
-            .map_err(|source| OpenError::Io {
-                path: PathBuf::from(&raft_listen),
-                source,
-            })?;
         let rafts: Arc<Vec<Raft>> = Arc::new(groups.iter().map(|g| g.raft().clone()).collect());
-        let server = tokio::spawn(transport::serve(listener, rafts));
+        let mut tasks = transport.serve(rafts).await?;
 
-        let balancer = tokio::spawn(form_and_balance(
+        tasks.push(tokio::spawn(form_and_balance(
             groups.clone(),
             config.node_id,
             members,
-            Arc::clone(&links),
+            Arc::clone(&transport),
             config.election_timeout.1 * 3,
-        ));
-        let upkeep = tokio::spawn(history::upkeep(
+        )));
+        tasks.push(tokio::spawn(history::upkeep(
             groups.clone(),
             engine.sweep_interval,
             engine.compaction,
+        )));
+        let collector = Arc::new(Collector::new(
+            groups.clone(),
+            shares,
+            Arc::clone(&log),
+            config.manual_commit,
         ));
-        let collector = Arc::new(Collector::new(groups.clone(), shares, Arc::clone(&log)));
-        let collecting = tokio::spawn(
+        tasks.push(tokio::spawn(
             Arc::clone(&collector).run(engine.checkpoint_interval, engine.checkpoint_bytes),
-        );
+        ));
         tracing::info!(
             node_id = config.node_id,
-            raft = %raft_listen,
             groups = groups.len(),
             log_bytes = log.durable_position(),
             "cluster member started"
@@ -285,7 +299,7 @@ impl ClusterNode {
             peers: config.peers.clone(),
             log,
             collector,
-            tasks: vec![server, balancer, upkeep, collecting],
+            tasks,
         }))
     }
 
@@ -334,6 +348,21 @@ impl ClusterNode {
         self.log.segment_count()
     }
 
+    /// With `manual_commit`: writes and syncs what the shared log buffered.
+    pub fn commit_log(&self) -> Result<bool, runnel_log::LogError> {
+        self.log.commit()
+    }
+
+    /// Simulates the process being killed: the shared log drops what it
+    /// has not committed and takes no more appends, and every group stops.
+    pub async fn crash(&self) {
+        self.log.crash();
+        for task in &self.tasks {
+            task.abort();
+        }
+        self.shutdown().await;
+    }
+
     pub async fn shutdown(&self) {
         for group in &self.groups {
             let _ = group.raft().shutdown().await;
@@ -354,7 +383,7 @@ async fn form_and_balance(
     groups: Vec<Arc<RaftGroup>>,
     me: NodeId,
     members: BTreeMap<NodeId, BasicNode>,
-    links: Arc<HashMap<NodeId, Arc<PeerLink>>>,
+    transport: Arc<impl Transport>,
     hold_back: Duration,
 ) {
     let nodes: Vec<NodeId> = members.keys().copied().collect();
@@ -363,15 +392,12 @@ async fn form_and_balance(
     };
     let preferred = |g: &RaftGroup| g.index() as usize % nodes.len() == rank;
     let form = |group: Arc<RaftGroup>| {
-        let (members, links) = (members.clone(), Arc::clone(&links));
+        let (members, transport) = (members.clone(), Arc::clone(&transport));
         async move {
-            if group.raft().is_initialized().await.unwrap_or(true) {
+            if group.raft().is_initialized().await.unwrap_or(true)
+                || transport.peer_has_group(group.index()).await
+            {
                 return;
-            }
-            for link in links.values() {
-                if link.group_initialized(group.index()).await == Some(true) {
-                    return;
-                }
             }
             if let Err(err) = group.raft().initialize(members).await {
                 tracing::debug!(group = group.index(), error = %err, "not initialized");

@@ -132,6 +132,7 @@ impl Node {
             sync: config.sync,
             max_record_bytes: config.max_record_bytes,
             replay_from,
+            manual_commit: false,
         };
         let mut records = 0u64;
         let mut decode_failure = None;

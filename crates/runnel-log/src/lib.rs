@@ -66,6 +66,10 @@ pub struct LogOptions {
     /// segments missing below it were deleted on purpose (garbage
     /// collected), not lost.
     pub replay_from: u64,
+    /// No committer thread: buffered records are written and synced only
+    /// when [`Log::commit`] is called. For deterministic simulations, which
+    /// decide when IO completes.
+    pub manual_commit: bool,
 }
 
 impl Default for LogOptions {
@@ -75,6 +79,7 @@ impl Default for LogOptions {
             sync: SyncMode::Batch,
             max_record_bytes: 128 << 20,
             replay_from: 0,
+            manual_commit: false,
         }
     }
 }
@@ -169,6 +174,8 @@ struct Shared {
 pub struct Log {
     shared: Arc<Shared>,
     committer: Option<JoinHandle<()>>,
+    /// With `manual_commit`: the committer's state, driven by `commit`.
+    manual: Option<Mutex<Committer>>,
 }
 
 impl Log {
@@ -258,6 +265,14 @@ impl Log {
             durable: AtomicU64::new(end),
             listener,
         });
+        if shared.options.manual_commit {
+            let committer = Committer::new(&shared)?;
+            return Ok(Log {
+                shared,
+                committer: None,
+                manual: Some(Mutex::new(committer)),
+            });
+        }
         let committer = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
@@ -268,6 +283,7 @@ impl Log {
         Ok(Log {
             shared,
             committer: Some(committer),
+            manual: None,
         })
     }
 
@@ -381,6 +397,49 @@ impl Log {
     pub fn dir(&self) -> &Path {
         &self.shared.dir
     }
+
+    /// With `manual_commit`: writes and syncs everything buffered, as the
+    /// committer thread would, and publishes the new durable position.
+    /// Returns whether there was anything to write.
+    pub fn commit(&self) -> Result<bool, LogError> {
+        let manual = self
+            .manual
+            .as_ref()
+            .expect("Log::commit needs LogOptions::manual_commit");
+        let mut committer = manual.lock().expect("committer lock");
+        {
+            let mut pending = self.shared.pending.lock().expect("log mutex");
+            if let Some(err) = &pending.failed {
+                return Err(LogError::Failed(Arc::clone(err)));
+            }
+            if pending.buf.is_empty() {
+                return Ok(false);
+            }
+            let committer = &mut *committer;
+            std::mem::swap(&mut committer.batch, &mut pending.buf);
+            std::mem::swap(&mut committer.record_ends, &mut pending.record_ends);
+        }
+        match committer.write_batch(&self.shared) {
+            Ok(()) => Ok(true),
+            Err(err) => {
+                fail(&self.shared, err.clone());
+                Err(err)
+            }
+        }
+    }
+
+    /// Stops the log as a killed process would: what is buffered and not
+    /// yet committed is lost.
+    pub fn crash(&self) {
+        {
+            let mut pending = self.shared.pending.lock().expect("log mutex");
+            pending.buf.clear();
+            pending.record_ends.clear();
+            pending.shutdown = true;
+        }
+        // Whoever waits for the lost records hears that they never will be.
+        fail(&self.shared, LogError::Closed);
+    }
 }
 
 impl Drop for Log {
@@ -393,15 +452,13 @@ impl Drop for Log {
     }
 }
 
-/// The committer: takes everything buffered, writes it, syncs once, and
-/// publishes the new durable position.
+/// The committer thread: takes everything buffered, writes it, syncs
+/// once, and publishes the new durable position.
 fn commit_loop(shared: &Shared) {
-    let mut active = match ActiveSegment::open_last(shared) {
-        Ok(active) => active,
+    let mut committer = match Committer::new(shared) {
+        Ok(committer) => committer,
         Err(err) => return fail(shared, err),
     };
-    let mut batch = Vec::new();
-    let mut record_ends = Vec::new();
     loop {
         {
             let mut pending = shared.pending.lock().expect("log mutex");
@@ -411,26 +468,49 @@ fn commit_loop(shared: &Shared) {
             if pending.buf.is_empty() {
                 return;
             }
-            std::mem::swap(&mut batch, &mut pending.buf);
-            std::mem::swap(&mut record_ends, &mut pending.record_ends);
+            std::mem::swap(&mut committer.batch, &mut pending.buf);
+            std::mem::swap(&mut committer.record_ends, &mut pending.record_ends);
         }
-        let result = match shared.options.sync {
+        if let Err(err) = committer.write_batch(shared) {
+            return fail(shared, err);
+        }
+    }
+}
+
+/// The committer's state: the segment it writes and its batch buffers.
+struct Committer {
+    active: ActiveSegment,
+    batch: Vec<u8>,
+    record_ends: Vec<usize>,
+}
+
+impl Committer {
+    fn new(shared: &Shared) -> Result<Committer, LogError> {
+        Ok(Committer {
+            active: ActiveSegment::open_last(shared)?,
+            batch: Vec::new(),
+            record_ends: Vec::new(),
+        })
+    }
+
+    /// Writes the taken batch per the sync mode, then empties it.
+    fn write_batch(&mut self, shared: &Shared) -> Result<(), LogError> {
+        let (active, batch) = (&mut self.active, &self.batch);
+        match shared.options.sync {
             SyncMode::Always => {
                 let mut from = 0;
-                record_ends.iter().try_for_each(|&to| {
+                self.record_ends.iter().try_for_each(|&to| {
                     let r = active.write_and_sync(shared, &batch[from..to], true);
                     from = to;
                     r
-                })
+                })?
             }
-            SyncMode::Batch => active.write_and_sync(shared, &batch, true),
-            SyncMode::Never => active.write_and_sync(shared, &batch, false),
-        };
-        if let Err(err) = result {
-            return fail(shared, err);
+            SyncMode::Batch => active.write_and_sync(shared, batch, true)?,
+            SyncMode::Never => active.write_and_sync(shared, batch, false)?,
         }
-        batch.clear();
-        record_ends.clear();
+        self.batch.clear();
+        self.record_ends.clear();
+        Ok(())
     }
 }
 

@@ -132,6 +132,7 @@ fn segments_roll_by_size_and_recover_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let options = LogOptions {
         segment_bytes: 256,
+        manual_commit: false,
         ..LogOptions::default()
     };
     let (log, _) = open_collect(dir.path(), options.clone());
@@ -164,6 +165,7 @@ fn segments_after_a_torn_one_are_removed() {
     let dir = tempfile::tempdir().unwrap();
     let options = LogOptions {
         segment_bytes: 64,
+        manual_commit: false,
         ..LogOptions::default()
     };
     let (log, _) = open_collect(dir.path(), options.clone());
@@ -223,6 +225,7 @@ fn collected_segments_leave_gaps_that_recovery_accepts_below_the_checkpoint() {
     let dir = tempfile::tempdir().unwrap();
     let options = LogOptions {
         segment_bytes: 64,
+        manual_commit: false,
         ..LogOptions::default()
     };
     let (log, _) = open_collect(dir.path(), options.clone());
@@ -250,6 +253,7 @@ fn collected_segments_leave_gaps_that_recovery_accepts_below_the_checkpoint() {
     // is lost, and the kept segment is still readable.
     let reopen = LogOptions {
         replay_from: checkpoint,
+        manual_commit: false,
         ..options.clone()
     };
     let (log, recovered) = open_collect(dir.path(), reopen);

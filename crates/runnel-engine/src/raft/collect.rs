@@ -23,17 +23,24 @@ pub struct Collector {
     groups: Vec<Arc<RaftGroup>>,
     shares: Vec<GroupShared>,
     log: Arc<Log>,
+    inline_io: bool,
 }
 
 /// How long a checkpoint waits for the snapshots it asked for.
 const SNAPSHOT_WAIT: Duration = Duration::from_secs(30);
 
 impl Collector {
-    pub fn new(groups: Vec<Arc<RaftGroup>>, shares: Vec<GroupShared>, log: Arc<Log>) -> Collector {
+    pub fn new(
+        groups: Vec<Arc<RaftGroup>>,
+        shares: Vec<GroupShared>,
+        log: Arc<Log>,
+        inline_io: bool,
+    ) -> Collector {
         Collector {
             groups,
             shares,
             log,
+            inline_io,
         }
     }
 
@@ -124,7 +131,7 @@ impl Collector {
             live.extend(persisted.live);
         }
         let log = Arc::clone(&self.log);
-        tokio::task::spawn_blocking(move || {
+        super::blocking(self.inline_io, move || {
             let live = LiveSet::new(live);
             log.collect_segments(before, |base, end| live.touches(base, end))
         })

@@ -28,9 +28,13 @@
 pub(crate) mod collect;
 pub mod group;
 pub(crate) mod journal;
+pub mod runtime;
 pub(crate) mod snapshot;
 pub(crate) mod state_machine;
 pub mod transport;
+
+#[cfg(test)]
+mod sim;
 
 use std::fmt;
 
@@ -108,7 +112,7 @@ openraft::declare_raft_types!(
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
         SnapshotData = std::io::Cursor<Vec<u8>>,
-        AsyncRuntime = openraft::TokioRuntime,
+        AsyncRuntime = runtime::RunnelRuntime,
 );
 
 pub type NodeId = u64;
@@ -149,4 +153,19 @@ pub(crate) fn storage_error(
 ) -> StorageError {
     let source = std::io::Error::other(reason.to_string());
     openraft::StorageIOError::new(subject, verb, openraft::AnyError::new(&source)).into()
+}
+
+/// Runs blocking file IO on tokio's blocking pool, or inline when `inline`
+/// (simulations keep every step on their one thread).
+pub(crate) async fn blocking<T: Send + 'static>(
+    inline: bool,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, String> {
+    if inline {
+        Ok(f())
+    } else {
+        tokio::task::spawn_blocking(f)
+            .await
+            .map_err(|e| e.to_string())
+    }
 }

@@ -54,6 +54,9 @@ pub struct GroupShared {
     pub durability: Arc<Durability>,
     pub applied: Arc<Mutex<AppliedPoint>>,
     pub persisted: Arc<Mutex<Option<Persisted>>>,
+    /// Simulations: file IO runs inline rather than on the blocking pool
+    /// (whose threads would make the schedule nondeterministic).
+    pub inline_io: bool,
 }
 
 pub struct GroupStateMachine {
@@ -103,10 +106,12 @@ impl GroupShared {
     /// fsyncs) and remembers it with the ranges it points into.
     async fn persist(&self, file: SnapshotFile, live: Vec<(u64, u64)>) -> Result<(), StorageError> {
         let (dir, group, to_store) = (self.data_dir.clone(), self.group, file.clone());
-        tokio::task::spawn_blocking(move || snapshot::store(&dir, group, &to_store))
-            .await
-            .map_err(snapshot_error)?
-            .map_err(snapshot_error)?;
+        crate::raft::blocking(self.inline_io, move || {
+            snapshot::store(&dir, group, &to_store)
+        })
+        .await
+        .map_err(snapshot_error)?
+        .map_err(snapshot_error)?;
         *self.persisted.lock().expect("snapshot lock") = Some(Persisted { file, live });
         Ok(())
     }

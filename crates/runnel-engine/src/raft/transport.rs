@@ -222,6 +222,70 @@ async fn read_frame(reader: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result
     Ok(frame)
 }
 
+/// How a cluster member reaches its peers: [`TcpTransport`] in
+/// production, an in-memory network in simulations.
+pub(crate) trait Transport: Send + Sync + 'static {
+    type Network: RaftNetworkFactory<TypeConfig>;
+
+    /// The clients of group `group`.
+    fn network(&self, group: u32) -> Self::Network;
+
+    /// Starts answering peers' RPCs for these groups; returns the tasks
+    /// doing it.
+    fn serve(
+        &self,
+        groups: Arc<Vec<Raft>>,
+    ) -> crate::BoxFuture<'_, Result<Vec<tokio::task::JoinHandle<()>>, crate::node::OpenError>>;
+
+    /// Whether any peer has `group` initialized.
+    fn peer_has_group(&self, group: u32) -> crate::BoxFuture<'_, bool>;
+}
+
+/// TCP links to every peer and a listener for theirs.
+pub(crate) struct TcpTransport {
+    pub links: Arc<HashMap<NodeId, Arc<PeerLink>>>,
+    /// This node's Raft address.
+    pub listen: String,
+}
+
+impl Transport for TcpTransport {
+    type Network = NetworkFactory;
+
+    fn network(&self, group: u32) -> NetworkFactory {
+        NetworkFactory {
+            group,
+            peers: Arc::clone(&self.links),
+        }
+    }
+
+    fn serve(
+        &self,
+        groups: Arc<Vec<Raft>>,
+    ) -> crate::BoxFuture<'_, Result<Vec<tokio::task::JoinHandle<()>>, crate::node::OpenError>>
+    {
+        Box::pin(async move {
+            let listener = TcpListener::bind(&self.listen).await.map_err(|source| {
+                crate::node::OpenError::Io {
+                    path: std::path::PathBuf::from(&self.listen),
+                    source,
+                }
+            })?;
+            Ok(vec![tokio::spawn(serve(listener, groups))])
+        })
+    }
+
+    fn peer_has_group(&self, group: u32) -> crate::BoxFuture<'_, bool> {
+        Box::pin(async move {
+            for link in self.links.values() {
+                if link.group_initialized(group).await == Some(true) {
+                    return true;
+                }
+            }
+            false
+        })
+    }
+}
+
 /// Creates the per-target clients of one group.
 #[derive(Clone)]
 pub struct NetworkFactory {

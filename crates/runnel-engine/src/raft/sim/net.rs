@@ -1,0 +1,255 @@
+//! The simulated network: every node's Raft groups on one thread, each
+//! message leg delayed, dropped or cut off as the seeded fault schedule
+//! says.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, RPCError, RaftError, RemoteError, Unreachable};
+use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use openraft::BasicNode;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use crate::node::OpenError;
+use crate::raft::transport::Transport;
+use crate::raft::{NodeId, Raft, TypeConfig};
+use crate::BoxFuture;
+
+pub struct SimNet {
+    state: Mutex<NetState>,
+}
+
+struct NetState {
+    rng: StdRng,
+    /// The groups of every running node.
+    nodes: BTreeMap<NodeId, Arc<Vec<Raft>>>,
+    /// Nodes cut off from all others.
+    isolated: BTreeSet<NodeId>,
+    drop_per_mille: u32,
+    max_delay_ms: u64,
+}
+
+impl SimNet {
+    pub fn new(seed: u64) -> Arc<SimNet> {
+        Arc::new(SimNet {
+            state: Mutex::new(NetState {
+                rng: StdRng::seed_from_u64(seed),
+                nodes: BTreeMap::new(),
+                isolated: BTreeSet::new(),
+                drop_per_mille: 0,
+                max_delay_ms: 1,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, NetState> {
+        self.state.lock().expect("net lock")
+    }
+
+    pub fn unregister(&self, node: NodeId) {
+        self.lock().nodes.remove(&node);
+    }
+
+    pub fn isolate(&self, node: NodeId, isolated: bool) {
+        let mut state = self.lock();
+        if isolated {
+            state.isolated.insert(node);
+        } else {
+            state.isolated.remove(&node);
+        }
+    }
+
+    pub fn set_faults(&self, drop_per_mille: u32, max_delay_ms: u64) {
+        let mut state = self.lock();
+        state.drop_per_mille = drop_per_mille;
+        state.max_delay_ms = max_delay_ms.max(1);
+    }
+
+    /// The delay of one message leg, or `None` if it is lost.
+    fn leg(&self, from: NodeId, to: NodeId) -> Option<Duration> {
+        let mut state = self.lock();
+        if state.isolated.contains(&from) || state.isolated.contains(&to) {
+            return None;
+        }
+        if !state.nodes.contains_key(&to) {
+            return None;
+        }
+        let drop = state.drop_per_mille;
+        if drop > 0 && state.rng.gen_range(0..1000) < drop {
+            return None;
+        }
+        let max = state.max_delay_ms;
+        Some(Duration::from_micros(state.rng.gen_range(100..=max * 1000)))
+    }
+
+    fn raft(&self, node: NodeId, group: u32) -> Option<Raft> {
+        self.lock().nodes.get(&node)?.get(group as usize).cloned()
+    }
+
+    /// A request and its answer across the network, within `ttl`.
+    async fn exchange<T, E, F>(
+        &self,
+        from: NodeId,
+        to: NodeId,
+        group: u32,
+        ttl: Duration,
+        call: impl FnOnce(Raft) -> F,
+    ) -> Result<T, RPCError<NodeId, BasicNode, E>>
+    where
+        E: std::error::Error,
+        F: Future<Output = Result<T, E>>,
+    {
+        let unreachable = || {
+            RPCError::Unreachable(Unreachable::new(&std::io::Error::other(
+                "lost in the simulated network",
+            )))
+        };
+        let trip = async {
+            let Some(delay) = self.leg(from, to) else {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+                return Err(unreachable());
+            };
+            tokio::time::sleep(delay).await;
+            let raft = self.raft(to, group).ok_or_else(unreachable)?;
+            let answer = call(raft).await;
+            let delay = self.leg(to, from).ok_or_else(unreachable)?;
+            tokio::time::sleep(delay).await;
+            answer.map_err(|e| RPCError::RemoteError(RemoteError::new(to, e)))
+        };
+        tokio::time::timeout(ttl, trip)
+            .await
+            .unwrap_or_else(|_| Err(unreachable()))
+    }
+}
+
+/// One node's view of the simulated network.
+pub struct SimTransport {
+    pub net: Arc<SimNet>,
+    pub me: NodeId,
+}
+
+impl Transport for SimTransport {
+    type Network = SimNetworkFactory;
+
+    fn network(&self, group: u32) -> SimNetworkFactory {
+        SimNetworkFactory {
+            net: Arc::clone(&self.net),
+            me: self.me,
+            group,
+        }
+    }
+
+    fn serve(
+        &self,
+        groups: Arc<Vec<Raft>>,
+    ) -> BoxFuture<'_, Result<Vec<tokio::task::JoinHandle<()>>, OpenError>> {
+        self.net.lock().nodes.insert(self.me, groups);
+        Box::pin(async { Ok(Vec::new()) })
+    }
+
+    fn peer_has_group(&self, group: u32) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            let peers: Vec<NodeId> = self.net.lock().nodes.keys().copied().collect();
+            for peer in peers.into_iter().filter(|p| *p != self.me) {
+                if self.net.leg(self.me, peer).is_none() {
+                    continue;
+                }
+                if let Some(raft) = self.net.raft(peer, group) {
+                    if raft.is_initialized().await.unwrap_or(false) {
+                        return true;
+                    }
+                }
+            }
+            false
+        })
+    }
+}
+
+pub struct SimNetworkFactory {
+    net: Arc<SimNet>,
+    me: NodeId,
+    group: u32,
+}
+
+pub struct SimNetwork {
+    net: Arc<SimNet>,
+    me: NodeId,
+    target: NodeId,
+    group: u32,
+}
+
+impl RaftNetworkFactory<TypeConfig> for SimNetworkFactory {
+    type Network = SimNetwork;
+
+    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> SimNetwork {
+        SimNetwork {
+            net: Arc::clone(&self.net),
+            me: self.me,
+            target,
+            group: self.group,
+        }
+    }
+}
+
+type RpcResult<T, E = RaftError<NodeId>> = Result<T, RPCError<NodeId, BasicNode, E>>;
+
+impl RaftNetwork<TypeConfig> for SimNetwork {
+    async fn append_entries(
+        &mut self,
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<NodeId>> {
+        self.net
+            .exchange(
+                self.me,
+                self.target,
+                self.group,
+                option.hard_ttl(),
+                |raft| async move { raft.append_entries(rpc).await },
+            )
+            .await
+    }
+
+    async fn install_snapshot(
+        &mut self,
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
+        self.net
+            .exchange(
+                self.me,
+                self.target,
+                self.group,
+                option.hard_ttl(),
+                |raft| async move { raft.install_snapshot(rpc).await },
+            )
+            .await
+    }
+
+    async fn vote(
+        &mut self,
+        rpc: VoteRequest<NodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<NodeId>> {
+        self.net
+            .exchange(
+                self.me,
+                self.target,
+                self.group,
+                option.hard_ttl(),
+                |raft| async move { raft.vote(rpc).await },
+            )
+            .await
+    }
+
+    fn backoff(&self) -> Backoff {
+        Backoff::new(std::iter::repeat(Duration::from_millis(200)))
+    }
+}
