@@ -41,9 +41,10 @@ const FORMAT: u32 = 2;
 /// A group snapshots (and its log before the snapshot can go) after this
 /// many Raft entries, besides the periodic checkpoint.
 const SNAPSHOT_EVERY: u64 = 5000;
-/// Entries kept before a snapshot for followers slightly behind; one
-/// further behind is sent the snapshot.
-const KEEP_AFTER_SNAPSHOT: u64 = 100;
+/// Entries kept before a snapshot: none, so that a snapshot frees the log
+/// before it at once (an idle group's few entries would otherwise pin the
+/// first segment forever); a follower behind it is sent the snapshot.
+const KEEP_AFTER_SNAPSHOT: u64 = 0;
 
 #[derive(Debug, Clone)]
 pub struct ClusterConfig {

@@ -6,8 +6,8 @@
 //! into, or lies at or after a group's replay point (records recovery
 //! replays on top of the snapshot) or its first live Raft entry (entries
 //! a lagging follower may still be sent). Nothing is collected until every
-//! group has a snapshot file. Each checkpoint purges the Raft log up to
-//! the snapshot (purges are asynchronous: the segments they free go at
+//! group has a snapshot file. openraft purges each group's Raft log up to
+//! its snapshot once built (asynchronously: the segments that frees go at
 //! the next checkpoint).
 
 use std::sync::Arc;
@@ -87,18 +87,7 @@ impl Collector {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        for (group, shared) in self.groups.iter().zip(&self.shares) {
-            // The entries a snapshot covers go (openraft keeps a few after
-            // its own snapshots, which would pin an idle group's first
-            // segment forever); a follower behind them is sent the snapshot.
-            if let Some(point) = snapshot_point(shared) {
-                group
-                    .raft()
-                    .trigger()
-                    .purge_log(point.index)
-                    .await
-                    .map_err(|e| e.to_string())?;
-            }
+        for shared in &self.shares {
             shared
                 .advance_replay_point()
                 .await
