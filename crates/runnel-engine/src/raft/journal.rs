@@ -321,8 +321,15 @@ impl RaftLogReader<TypeConfig> for JournalStore {
                 Bound::Included(&i) => i,
                 Bound::Excluded(&i) => i + 1,
                 Bound::Unbounded => index.first_index,
-            }
-            .max(index.first_index);
+            };
+            // Only a prefix of the range may be returned: entries after a
+            // purged start would be taken as following it (a replication
+            // request built from them would skip the purged ones).
+            let start = if start < index.first_index && !index.entries.is_empty() {
+                index.next_index()
+            } else {
+                start.max(index.first_index)
+            };
             let end = match range.end_bound() {
                 Bound::Included(&i) => i + 1,
                 Bound::Excluded(&i) => i,
