@@ -226,14 +226,7 @@ async fn fill_and_collect(cluster: &Cluster, dir: &std::path::Path) -> Vec<Vec<u
             .unwrap();
         assert_eq!(r.status(), 201);
         for _ in 0..100 {
-            let r = client
-                .post(&url)
-                .header("content-type", "text/plain")
-                .body(chunk.clone())
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 204);
+            append(&client, &url, &chunk).await;
         }
     }
     let log_dir = dir.join("n1/log");
@@ -251,14 +244,7 @@ async fn fill_and_collect(cluster: &Cluster, dir: &std::path::Path) -> Vec<Vec<u
     // A few more appends roll the log past the segments to collect.
     let url = cluster.stream_url(1, "big-5");
     for _ in 0..130 {
-        let r = client
-            .post(&url)
-            .header("content-type", "text/plain")
-            .body(chunk.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 204);
+        append(&client, &url, &chunk).await;
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -284,6 +270,17 @@ async fn fill_and_collect(cluster: &Cluster, dir: &std::path::Path) -> Vec<Vec<u
         kept.push(read_all(&client, &cluster.stream_url(0, &format!("big-{s}"))).await);
     }
     kept
+}
+
+async fn append(client: &reqwest::Client, url: &str, body: &str) {
+    let r = client
+        .post(url)
+        .header("content-type", "text/plain")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
 }
 
 async fn assert_holds(cluster: &Cluster, expected: &[Vec<u8>]) {

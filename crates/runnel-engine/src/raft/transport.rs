@@ -155,22 +155,13 @@ impl PeerLink {
             .map_err(|e| format!("connecting to {}: {e}", self.addr))?;
         let _ = stream.set_nodelay(true);
         let (mut reader, writer) = stream.into_split();
-        let (frames, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
+        let (frames, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
         let pending: Arc<Pending> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
 
         let writer_alive = Arc::clone(&alive);
         tokio::spawn(async move {
-            let mut writer = BufWriter::new(writer);
-            while let Some(frame) = outgoing.recv().await {
-                let mut result = writer.write_all(&frame).await;
-                while let (Ok(()), Ok(frame)) = (&result, outgoing.try_recv()) {
-                    result = writer.write_all(&frame).await;
-                }
-                if result.and(writer.flush().await).is_err() {
-                    break;
-                }
-            }
+            write_frames(writer, outgoing).await;
             writer_alive.store(false, Ordering::Release);
         });
 
@@ -207,6 +198,24 @@ impl PeerLink {
             pending,
             alive,
         })
+    }
+}
+
+/// Writes queued frames, flushing once the queue is empty (frames queued
+/// together leave in one write), until the queue closes or a write fails.
+async fn write_frames(
+    writer: impl AsyncWriteExt + Unpin,
+    mut outgoing: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    let mut writer = BufWriter::new(writer);
+    while let Some(frame) = outgoing.recv().await {
+        let mut result = writer.write_all(&frame).await;
+        while let (Ok(()), Ok(frame)) = (&result, outgoing.try_recv()) {
+            result = writer.write_all(&frame).await;
+        }
+        if result.and(writer.flush().await).is_err() {
+            return;
+        }
     }
 }
 
@@ -394,19 +403,8 @@ pub async fn serve(listener: TcpListener, groups: Arc<Vec<Raft>>) {
 
 async fn serve_connection(stream: TcpStream, groups: Arc<Vec<Raft>>) {
     let (mut reader, writer) = stream.into_split();
-    let (responses, mut outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
-    tokio::spawn(async move {
-        let mut writer = BufWriter::new(writer);
-        while let Some(frame) = outgoing.recv().await {
-            let mut result = writer.write_all(&frame).await;
-            while let (Ok(()), Ok(frame)) = (&result, outgoing.try_recv()) {
-                result = writer.write_all(&frame).await;
-            }
-            if result.and(writer.flush().await).is_err() {
-                break;
-            }
-        }
-    });
+    let (responses, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(write_frames(writer, outgoing));
     while let Ok(frame) = read_frame(&mut reader).await {
         if frame.len() < 13 {
             tracing::warn!("short raft request frame; closing the connection");
