@@ -24,6 +24,21 @@ fn free_port_pair() -> u16 {
     }
 }
 
+/// Where node `i` logs: `$CLUSTER_TEST_LOG_DIR/n{i+1}.log` when set (with
+/// `CLUSTER_TEST_LOG` as the filter, to debug a run), else the test's
+/// stderr.
+fn node_log(i: usize) -> Stdio {
+    match std::env::var_os("CLUSTER_TEST_LOG_DIR") {
+        Some(dir) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(Path::new(&dir).join(format!("n{}.log", i + 1)))
+            .map(Stdio::from)
+            .unwrap_or_else(|_| Stdio::inherit()),
+        None => Stdio::inherit(),
+    }
+}
+
 impl Cluster {
     /// Starts `nodes` nodes (ids 1..=nodes) with data under `dir` and
     /// waits until every node sees a leader for every group.
@@ -64,7 +79,7 @@ impl Cluster {
                 std::env::var("CLUSTER_TEST_LOG").unwrap_or("error,openraft=off".into()),
             )
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(node_log(i))
             .spawn()
             .expect("runnel binary starts");
         self.children[i] = Some(child);
