@@ -21,11 +21,12 @@ use std::time::Duration;
 
 use openraft::BasicNode;
 use runnel_core::{Applied, Command, StreamsState};
-use runnel_log::{Log, LogOptions};
+use runnel_log::Log;
 
 use crate::history;
 use crate::node::{
-    check_meta, group_index, refuse_collected_log_without_checkpoint, EngineConfig, OpenError,
+    check_meta, group_index, open_log, refuse_collected_log_without_checkpoint, EngineConfig,
+    OpenError,
 };
 use crate::raft::collect::Collector;
 use crate::raft::group::{GroupStatus, RaftGroup};
@@ -145,39 +146,25 @@ impl ClusterNode {
         let listener_durability = Arc::clone(&durability);
         let listener = Box::new(move |status| listener_durability.on_status(status));
         let mut indexes: Vec<GroupLog> = (0..group_count).map(|_| GroupLog::default()).collect();
-        let mut decode_failure = None;
-        let options = LogOptions {
-            segment_bytes: engine.segment_bytes,
-            sync: engine.sync,
-            max_record_bytes: engine.max_record_bytes,
+        let log = open_log(
+            engine,
             replay_from,
-            manual_commit: config.manual_commit,
-        };
-        let log = Log::open(&engine.data_dir.join("log"), options, listener, |record| {
-            let result = record
-                .payload
-                .first_chunk::<4>()
-                .map(|g| u32::from_le_bytes(*g) as usize)
-                .filter(|_| record.payload.len() >= crate::raft::RECORD_PREFIX)
-                .ok_or_else(|| "record shorter than its prefix".to_string())
-                .and_then(|g| {
-                    indexes.get_mut(g).ok_or_else(|| {
-                        format!("record names group {g}, which this node does not have")
-                    })
-                })
-                .and_then(|index| index.replay(record.payload_pos, record.payload));
-            if let Err(reason) = result {
-                decode_failure.get_or_insert(OpenError::CorruptEntry {
-                    position: record.payload_pos,
-                    reason,
-                });
-            }
-            Ok(())
-        })?;
-        if let Some(err) = decode_failure {
-            return Err(err);
-        }
-        let log = Arc::new(log);
+            config.manual_commit,
+            listener,
+            |pos, payload| {
+                let group = payload
+                    .first_chunk::<4>()
+                    .map(|g| u32::from_le_bytes(*g) as usize)
+                    .filter(|_| payload.len() >= crate::raft::RECORD_PREFIX)
+                    .ok_or_else(|| "record shorter than its prefix".to_string())?;
+                indexes
+                    .get_mut(group)
+                    .ok_or_else(|| {
+                        format!("record names group {group}, which this node does not have")
+                    })?
+                    .replay(pos, payload)
+            },
+        )?;
         durability.on_status(Ok(log.durable_position()));
 
         let raft_config = Arc::new(

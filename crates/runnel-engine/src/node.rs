@@ -127,34 +127,11 @@ impl Node {
         let listener = Box::new(move |status: Result<u64, LogError>| {
             let _ = durable_tx.send_replace(status);
         });
-        let options = LogOptions {
-            segment_bytes: config.segment_bytes,
-            sync: config.sync,
-            max_record_bytes: config.max_record_bytes,
-            replay_from,
-            manual_commit: false,
-        };
         let mut records = 0u64;
-        let mut decode_failure = None;
-        let log = Log::open(&config.data_dir.join("log"), options, listener, |record| {
+        let log = open_log(config, replay_from, false, listener, |pos, payload| {
             records += 1;
-            if let Err(reason) = replay(
-                &mut states,
-                &mut applied,
-                record.payload_pos,
-                record.payload,
-            ) {
-                decode_failure.get_or_insert(OpenError::CorruptEntry {
-                    position: record.payload_pos,
-                    reason,
-                });
-            }
-            Ok(())
+            replay(&mut states, &mut applied, pos, payload)
         })?;
-        if let Some(err) = decode_failure {
-            return Err(err);
-        }
-        let log = Arc::new(log);
         // Until the first commit the channel holds 0: entries proposed from
         // now on all end past the recovered log, so none applies early.
         let recovered_end = log.durable_position();
@@ -342,6 +319,39 @@ fn replay(
     // reaches the same refusals and needs no answer.
     let _ = state.apply(&entry, data_len, data_loc);
     Ok(())
+}
+
+/// Opens the shared log in `config`'s data directory, passing every
+/// recovered record to `replay`; the first record it refuses makes the
+/// whole open fail (a log this node cannot read is not served).
+pub(crate) fn open_log(
+    config: &EngineConfig,
+    replay_from: u64,
+    manual_commit: bool,
+    listener: runnel_log::DurabilityListener,
+    mut replay: impl FnMut(u64, &[u8]) -> Result<(), String>,
+) -> Result<Arc<Log>, OpenError> {
+    let options = LogOptions {
+        segment_bytes: config.segment_bytes,
+        sync: config.sync,
+        max_record_bytes: config.max_record_bytes,
+        replay_from,
+        manual_commit,
+    };
+    let mut decode_failure = None;
+    let log = Log::open(&config.data_dir.join("log"), options, listener, |record| {
+        if let Err(reason) = replay(record.payload_pos, record.payload) {
+            decode_failure.get_or_insert(OpenError::CorruptEntry {
+                position: record.payload_pos,
+                reason,
+            });
+        }
+        Ok(())
+    })?;
+    match decode_failure {
+        Some(err) => Err(err),
+        None => Ok(Arc::new(log)),
+    }
 }
 
 /// Checkpoints every `interval`, or sooner once `bytes` of log were
