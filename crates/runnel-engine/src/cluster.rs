@@ -167,26 +167,23 @@ impl ClusterNode {
         )?;
         durability.on_status(Ok(log.durable_position()));
 
-        let raft_config = Arc::new(
-            openraft::Config {
-                cluster_name: "runnel".into(),
-                heartbeat_interval: config.heartbeat.as_millis() as u64,
-                election_timeout_min: config.election_timeout.0.as_millis() as u64,
-                election_timeout_max: config.election_timeout.1.as_millis() as u64,
-                snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY),
-                max_in_snapshot_log_to_keep: KEEP_AFTER_SNAPSHOT,
-                // A snapshot travels in 1 MiB chunks; the last one waits
-                // for the receiver to copy the bytes into its log.
-                snapshot_max_chunk_size: 1 << 20,
-                install_snapshot_timeout: 10_000,
-                max_payload_entries: 1024,
-                ..Default::default()
-            }
-            .validate()
-            .map_err(|e| OpenError::Config {
-                reason: e.to_string(),
-            })?,
-        );
+        let raft_config = openraft::Config {
+            heartbeat_interval: config.heartbeat.as_millis() as u64,
+            election_timeout_min: config.election_timeout.0.as_millis() as u64,
+            election_timeout_max: config.election_timeout.1.as_millis() as u64,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(SNAPSHOT_EVERY),
+            max_in_snapshot_log_to_keep: KEEP_AFTER_SNAPSHOT,
+            // A snapshot travels in 1 MiB chunks; the last one waits
+            // for the receiver to copy the bytes into its log.
+            snapshot_max_chunk_size: 1 << 20,
+            install_snapshot_timeout: 10_000,
+            max_payload_entries: 1024,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| OpenError::Config {
+            reason: e.to_string(),
+        })?;
         let mut members = BTreeMap::new();
         for (id, http) in &config.peers {
             let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
@@ -230,9 +227,14 @@ impl ClusterNode {
                 Arc::clone(&shared.index),
             );
             let network = transport.network(g as u32);
+            // openraft names the group in its log lines.
+            let group_config = openraft::Config {
+                cluster_name: format!("group-{g}"),
+                ..raft_config.clone()
+            };
             let raft = Raft::new(
                 config.node_id,
-                Arc::clone(&raft_config),
+                Arc::new(group_config),
                 network,
                 store,
                 GroupStateMachine::new(shared.clone()),
