@@ -5,9 +5,10 @@
 #
 # Usage: scripts/conformance.sh [path/to/runnel] [--cluster]
 #
-# With --cluster it starts a 3-node cluster on loopback (one Raft group)
-# and runs the suite through a node that leads no group, so every request
-# is forwarded to the leader.
+# With --cluster it starts a 3-node cluster on loopback with 3 Raft groups
+# (one led by each node) and runs the suite through node 3: requests for
+# two groups in three are forwarded to their leader, and forks mostly
+# cross groups (the fork copies its source from the source's group).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/target/release/runnel
@@ -74,15 +75,17 @@ else
     peers="$peers${peers:+,}$id=127.0.0.1:$port"
   done
   for id in 1 2 3; do
-    "$bin" serve --node-id "$id" --peers "$peers" --groups 1 --data-dir "$data/n$id" "${common[@]}" \
+    "$bin" serve --node-id "$id" --peers "$peers" --groups 3 --data-dir "$data/n$id" "${common[@]}" \
       >"$data/n$id.log" 2>&1 &
     pids+=($!)
   done
   for port in "${ports[@]}"; do wait_healthy "$port"; done
-  # Group 0 prefers node 1; test through node 3, which leads nothing.
+  # Test through node 3 once every group has a leader.
   target=${ports[2]}
   for _ in $(seq 100); do
-    "$bin" ctl status --target "http://127.0.0.1:$target" --json | grep -q '"leader": 1' && break
+    "$bin" ctl status --target "http://127.0.0.1:$target" --json |
+      python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if all(g.get("leader") for g in s["groups"]) else 1)' &&
+      break
     sleep 0.1
   done
   "$bin" ctl status --target "http://127.0.0.1:$target"

@@ -11,12 +11,15 @@ use std::sync::atomic::AtomicI64;
 
 use crate::codec::{CodecError, Reader, Writer};
 use crate::command::{read_fork, write_fork, Retention};
+use crate::fork_copy::RemotePin;
 use crate::state::StreamsState;
 use crate::stream::{
     media_type, Chunk, ContentKind, ForkBase, ProducerState, SnapshotRef, StreamState,
 };
 
-const CHECKPOINT_VERSION: u8 = 1;
+/// Version 2 added pins and copies of sources in other groups
+/// ([`crate::fork_copy`]); version 1 checkpoints still load.
+const CHECKPOINT_VERSION: u8 = 2;
 
 impl StreamsState {
     /// Encodes the whole state.
@@ -37,14 +40,14 @@ impl StreamsState {
     pub fn decode_checkpoint(bytes: &[u8]) -> Result<StreamsState, CodecError> {
         let mut r = Reader::new(bytes);
         let version = r.u8()?;
-        if version != CHECKPOINT_VERSION {
+        if !(1..=CHECKPOINT_VERSION).contains(&version) {
             return Err(CodecError::UnknownVersion(version));
         }
         let mut state = StreamsState::new();
         state.next_id = r.u64()?;
         let count = r.u64()?;
         for _ in 0..count {
-            let s = decode_stream(&mut r)?;
+            let s = decode_stream(&mut r, version)?;
             // A soft-deleted stream keeps its name until its last fork goes.
             state.names.insert(s.name.clone(), s.id);
             state.streams.insert(s.id, s);
@@ -137,6 +140,18 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
     w.bool(s.compaction);
     w.opt_u64(s.retention.max_bytes);
     w.opt_u64(s.retention.max_age_secs);
+    w.u64(s.pins.len() as u64);
+    for token in &s.pins {
+        w.str(token);
+    }
+    match &s.remote_source {
+        Some(pin) => {
+            w.bool(true);
+            w.str(&pin.source);
+            w.str(&pin.token);
+        }
+        None => w.bool(false),
+    }
 }
 
 fn encode_snapshot(w: &mut Writer, snap: &SnapshotRef) {
@@ -159,7 +174,7 @@ fn decode_snapshot(r: &mut Reader<'_>) -> Result<SnapshotRef, CodecError> {
     })
 }
 
-fn decode_stream(r: &mut Reader<'_>) -> Result<StreamState, CodecError> {
+fn decode_stream(r: &mut Reader<'_>, version: u8) -> Result<StreamState, CodecError> {
     let id = r.u64()?;
     let name = r.string()?;
     let content_type = r.string()?;
@@ -223,6 +238,19 @@ fn decode_stream(r: &mut Reader<'_>) -> Result<StreamState, CodecError> {
         max_bytes: r.opt_u64()?,
         max_age_secs: r.opt_u64()?,
     };
+    let mut pins = std::collections::BTreeSet::new();
+    let mut remote_source = None;
+    if version >= 2 {
+        for _ in 0..r.u64()? {
+            pins.insert(r.string()?);
+        }
+        if r.bool()? {
+            remote_source = Some(RemotePin {
+                source: r.string()?,
+                token: r.string()?,
+            });
+        }
+    }
     Ok(StreamState {
         id,
         name,
@@ -247,5 +275,7 @@ fn decode_stream(r: &mut Reader<'_>) -> Result<StreamState, CodecError> {
         server_snapshot,
         compaction,
         retention,
+        pins,
+        remote_source,
     })
 }

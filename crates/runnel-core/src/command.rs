@@ -3,6 +3,7 @@
 //! that applying it is deterministic on every replica and on replay.
 
 use crate::codec::{CodecError, Reader, Writer};
+use crate::fork_copy::{ForkMaterial, Inherited};
 
 /// Internal identity of one incarnation of a stream. Never reused, so a
 /// command naming a stream id cannot hit a later stream of the same name.
@@ -50,6 +51,10 @@ pub struct CreateStream {
     /// snapshots of the latest value per type and key).
     pub compaction: bool,
     pub retention: Retention,
+    /// A fork of a stream in another group: the copy of the source it
+    /// starts with. Its bytes lead `body.data`; `body.message_ends`
+    /// describe only what follows them.
+    pub inherit: Option<Inherited>,
 }
 
 /// Automatic history trimming of a stream.
@@ -107,6 +112,19 @@ pub enum Command {
         name: String,
         before: u64,
     },
+    /// Hold stream `name` for a fork in another group (see
+    /// [`crate::fork_copy`]).
+    Pin {
+        name: String,
+        token: String,
+        offset: Option<u64>,
+        sub_offset: u64,
+    },
+    /// Release a pin taken by [`Command::Pin`].
+    Unpin {
+        name: String,
+        token: String,
+    },
 }
 
 impl Command {
@@ -131,7 +149,9 @@ impl Command {
         match self {
             Command::Create(c) => {
                 let mut names = vec![c.name.as_str()];
-                if let Some(f) = &c.fork {
+                // A fork that carries its source's bytes needs only its own
+                // group.
+                if let (Some(f), None) = (&c.fork, &c.inherit) {
                     names.push(f.source.as_str());
                 }
                 names
@@ -140,7 +160,9 @@ impl Command {
             Command::PutSnapshot(p) => vec![p.name.as_str()],
             Command::Delete { name }
             | Command::DeleteSnapshot { name, .. }
-            | Command::Trim { name, .. } => vec![name.as_str()],
+            | Command::Trim { name, .. }
+            | Command::Pin { name, .. }
+            | Command::Unpin { name, .. } => vec![name.as_str()],
             Command::Expire { .. } => vec![],
         }
     }
@@ -195,6 +217,10 @@ const TAG_EXPIRE: u8 = 4;
 const TAG_PUT_SNAPSHOT: u8 = 5;
 const TAG_DELETE_SNAPSHOT: u8 = 6;
 const TAG_TRIM: u8 = 7;
+const TAG_PIN: u8 = 8;
+const TAG_UNPIN: u8 = 9;
+/// A create with an [`Inherited`] copy (a fork across groups).
+const TAG_CREATE_INHERITED: u8 = 10;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -218,7 +244,10 @@ impl Entry {
         w.i64(self.now_ms);
         match &self.command {
             Command::Create(c) => {
-                w.u8(TAG_CREATE);
+                w.u8(match c.inherit {
+                    None => TAG_CREATE,
+                    Some(_) => TAG_CREATE_INHERITED,
+                });
                 w.str(&c.name);
                 w.opt_str(c.content_type.as_deref());
                 w.opt_u64(c.ttl_secs);
@@ -228,6 +257,10 @@ impl Entry {
                 w.bool(c.compaction);
                 w.opt_u64(c.retention.max_bytes);
                 w.opt_u64(c.retention.max_age_secs);
+                if let Some(inherit) = &c.inherit {
+                    w.str(&inherit.token);
+                    inherit.material.write(&mut w);
+                }
                 w.u32_list(&c.body.message_ends);
             }
             Command::Append(a) => {
@@ -276,6 +309,23 @@ impl Entry {
                 w.str(name);
                 w.u64(*before);
             }
+            Command::Pin {
+                name,
+                token,
+                offset,
+                sub_offset,
+            } => {
+                w.u8(TAG_PIN);
+                w.str(name);
+                w.str(token);
+                w.opt_u64(*offset);
+                w.u64(*sub_offset);
+            }
+            Command::Unpin { name, token } => {
+                w.u8(TAG_UNPIN);
+                w.str(name);
+                w.str(token);
+            }
         }
         w.raw(data);
         *out = w.finish();
@@ -301,7 +351,7 @@ impl Entry {
         }
         let now_ms = r.i64()?;
         let command = match r.u8()? {
-            TAG_CREATE => {
+            tag @ (TAG_CREATE | TAG_CREATE_INHERITED) => {
                 let name = r.string()?;
                 let content_type = r.opt_string()?;
                 let ttl_secs = r.opt_u64()?;
@@ -313,8 +363,17 @@ impl Entry {
                     max_bytes: r.opt_u64()?,
                     max_age_secs: r.opt_u64()?,
                 };
+                let inherit = if tag == TAG_CREATE_INHERITED {
+                    Some(Inherited {
+                        token: r.string()?,
+                        material: ForkMaterial::read(&mut r)?,
+                    })
+                } else {
+                    None
+                };
                 let message_ends = r.u32_list()?;
                 Command::Create(CreateStream {
+                    inherit,
                     name,
                     content_type,
                     ttl_secs,
@@ -391,6 +450,16 @@ impl Entry {
                 name: r.string()?,
                 before: r.u64()?,
             },
+            TAG_PIN => Command::Pin {
+                name: r.string()?,
+                token: r.string()?,
+                offset: r.opt_u64()?,
+                sub_offset: r.u64()?,
+            },
+            TAG_UNPIN => Command::Unpin {
+                name: r.string()?,
+                token: r.string()?,
+            },
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {
@@ -432,6 +501,7 @@ mod tests {
                         max_bytes: Some(10),
                         max_age_secs: None,
                     },
+                    inherit: None,
                 }),
             },
             Entry {

@@ -33,6 +33,8 @@ pub enum CoreError {
     ForkOffsetBeyondTail,
     #[error("fork offset does not fall on a message boundary")]
     ForkOffsetNotOnBoundary,
+    #[error("a fork's copy of its source is shorter than it says")]
+    InheritedDataMissing,
     #[error("Stream-Fork-Sub-Offset is beyond the append at the fork offset")]
     SubOffsetOutOfRange,
     #[error("offset is beyond the stream's tail")]

@@ -14,6 +14,7 @@ pub mod checkpoint;
 mod codec;
 pub mod command;
 pub mod error;
+pub mod fork_copy;
 pub mod history;
 pub mod json;
 pub mod offset;
@@ -28,6 +29,7 @@ pub use command::{
     StreamId,
 };
 pub use error::CoreError;
+pub use fork_copy::{ForkMaterial, Inherited, InheritedChunk, RemotePin};
 pub use history::{BootstrapPlan, CompactionWork};
 pub use offset::{Offset, ReadFrom};
 pub use read::ReadPlan;
@@ -36,5 +38,7 @@ pub use stream::{ContentKind, SnapshotRef, StreamState};
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_fork_copy;
 #[cfg(test)]
 mod tests_history;

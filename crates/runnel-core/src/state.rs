@@ -11,6 +11,7 @@ use std::sync::atomic::AtomicI64;
 
 use crate::command::{AppendToStream, Command, CreateStream, Entry, ForkFrom, StreamId};
 use crate::error::CoreError;
+use crate::fork_copy::RemotePin;
 use crate::offset::{Offset, MAX_POSITION};
 use crate::stream::{media_type, Chunk, ContentKind, ForkBase, ProducerState, StreamState};
 
@@ -32,9 +33,21 @@ pub enum Applied {
         /// The producer had already appended this sequence: nothing stored.
         duplicate: bool,
     },
-    Deleted,
+    /// `released`: pins that forks removed by this held on streams of
+    /// other groups (to be sent there as unpins).
+    Deleted {
+        released: Vec<RemotePin>,
+    },
     Expired {
         count: usize,
+        released: Vec<RemotePin>,
+    },
+    /// A fork in another group may copy the stream up to `point`.
+    Pinned {
+        point: u64,
+    },
+    Unpinned {
+        released: Vec<RemotePin>,
     },
     SnapshotStored {
         offset: Offset,
@@ -111,6 +124,9 @@ pub struct StreamsState {
     /// Streams whose tail, closure or existence changed since the last
     /// [`StreamsState::take_changed`]: the engine wakes their readers.
     pub(crate) changed: Vec<StreamId>,
+    /// Pins on other groups' streams released while applying the current
+    /// entry (see [`crate::fork_copy`]).
+    pub(crate) released: Vec<RemotePin>,
 }
 
 impl StreamsState {
@@ -135,6 +151,13 @@ impl StreamsState {
             Command::PutSnapshot(p) => self.put_snapshot(p, data_len, data_loc),
             Command::DeleteSnapshot { name, offset } => self.delete_snapshot(name, *offset),
             Command::Trim { name, before } => self.trim(name, *before),
+            Command::Pin {
+                name,
+                token,
+                offset,
+                sub_offset,
+            } => self.pin(name, token, *offset, *sub_offset),
+            Command::Unpin { name, token } => Ok(self.unpin(name, token)),
         }
     }
 
@@ -239,8 +262,24 @@ impl StreamsState {
             });
         }
 
-        let (base, content_type, ttl_secs, expires_at_ms) = match &c.fork {
-            Some(fork) => {
+        let (base, content_type, ttl_secs, expires_at_ms) = match (&c.fork, &c.inherit) {
+            (Some(_), Some(inherit)) => {
+                let source = &inherit.material;
+                let content_type = match &c.content_type {
+                    Some(ct) if media_type(ct) != media_type(&source.content_type) => {
+                        return Err(CoreError::ContentTypeMismatch)
+                    }
+                    Some(ct) => ct.clone(),
+                    None => source.content_type.clone(),
+                };
+                let (ttl, expires) = if c.ttl_secs.is_none() && c.expires_at_ms.is_none() {
+                    (source.ttl_secs, source.expires_at_ms)
+                } else {
+                    (c.ttl_secs, c.expires_at_ms)
+                };
+                (None, content_type, ttl, expires)
+            }
+            (Some(fork), None) => {
                 let source_id = *self
                     .names
                     .get(&fork.source)
@@ -272,7 +311,7 @@ impl StreamsState {
                     expires,
                 )
             }
-            None => (
+            (None, _) => (
                 None,
                 c.content_type
                     .clone()
@@ -282,12 +321,24 @@ impl StreamsState {
             ),
         };
 
-        let start = base.as_ref().map_or(0, |b| b.point);
+        let material = c.inherit.as_ref().map(|i| &i.material);
+        let start = match (&base, material) {
+            (Some(b), _) => b.point,
+            (None, Some(m)) => m.point,
+            (None, None) => 0,
+        };
         // A fork cannot read what its source had already trimmed.
-        let earliest = base
-            .as_ref()
-            .map_or(0, |b| self.streams[&b.source].earliest.min(b.point));
-        if start.saturating_add(data_len) > MAX_POSITION {
+        let earliest = match (&base, material) {
+            (Some(b), _) => self.streams[&b.source].earliest.min(b.point),
+            (None, Some(m)) => m.earliest,
+            (None, None) => 0,
+        };
+        // The copied bytes lead the entry's data.
+        let inherited_len = material.map_or(0, |m| m.data_len());
+        if inherited_len > data_len {
+            return Err(CoreError::InheritedDataMissing);
+        }
+        if start.saturating_add(data_len - inherited_len) > MAX_POSITION {
             return Err(CoreError::StreamFull);
         }
         if let Some(b) = &base {
@@ -322,8 +373,25 @@ impl StreamsState {
             server_snapshot: None,
             compaction: c.compaction,
             retention: c.retention,
+            pins: Default::default(),
+            remote_source: c.inherit.as_ref().map(|i| RemotePin {
+                source: c
+                    .fork
+                    .as_ref()
+                    .map_or_else(String::new, |f| f.source.clone()),
+                token: i.token.clone(),
+            }),
         };
-        push_chunk(&mut stream, data_len, loc, &c.body.message_ends, now);
+        if let Some(m) = material {
+            stream.chunks = m.stored_chunks(loc);
+        }
+        push_chunk(
+            &mut stream,
+            data_len - inherited_len,
+            loc + inherited_len,
+            &c.body.message_ends,
+            now,
+        );
         let info = StreamInfo::of(&stream);
         self.names.insert(c.name.clone(), id);
         self.streams.insert(id, stream);
@@ -431,7 +499,9 @@ impl StreamsState {
             return Err(CoreError::Gone);
         }
         self.retire(id);
-        Ok(Applied::Deleted)
+        Ok(Applied::Deleted {
+            released: std::mem::take(&mut self.released),
+        })
     }
 
     fn expire(&mut self, ids: &[StreamId]) -> Applied {
@@ -442,7 +512,10 @@ impl StreamsState {
                 count += 1;
             }
         }
-        Applied::Expired { count }
+        Applied::Expired {
+            count,
+            released: std::mem::take(&mut self.released),
+        }
     }
 
     /// Deletes a live stream: soft when forks still read it, else fully,
@@ -454,6 +527,13 @@ impl StreamsState {
             s.soft_deleted = true;
             return;
         }
+        self.remove_chain(id);
+    }
+
+    /// Removes stream `id` for good, then each fork source that this
+    /// leaves soft-deleted and unread; pins they held on other groups'
+    /// streams go to `released`.
+    pub(crate) fn remove_chain(&mut self, id: StreamId) {
         let mut next = Some(id);
         while let Some(id) = next.take() {
             let s = self.streams.remove(&id).expect("removed streams exist");
@@ -461,6 +541,7 @@ impl StreamsState {
                 self.names.remove(&s.name);
             }
             self.changed.push(id);
+            self.released.extend(s.remote_source);
             if let Some(base) = s.base {
                 let source = self
                     .streams
@@ -475,7 +556,11 @@ impl StreamsState {
     }
 
     /// Where a fork of `source_id` begins, from its offset and sub-offset.
-    fn resolve_fork_point(&self, source_id: StreamId, fork: &ForkFrom) -> Result<u64, CoreError> {
+    pub(crate) fn resolve_fork_point(
+        &self,
+        source_id: StreamId,
+        fork: &ForkFrom,
+    ) -> Result<u64, CoreError> {
         let source = &self.streams[&source_id];
         let base_point = match fork.offset {
             Some(o) if o > source.tail => return Err(CoreError::ForkOffsetBeyondTail),

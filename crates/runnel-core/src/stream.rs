@@ -1,10 +1,11 @@
 //! One stream's state: configuration, tail, producer table, and the index
 //! from stream positions to where the bytes live in the log.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 
 use crate::command::{ForkFrom, Retention, StreamId};
+use crate::fork_copy::RemotePin;
 
 /// How a stream's bytes are framed and rendered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +124,10 @@ pub struct StreamState {
     /// Compact as State Protocol change events.
     pub compaction: bool,
     pub retention: Retention,
+    /// Pins held by forks in other groups (each counted in `fork_refs`).
+    pub(crate) pins: BTreeSet<String>,
+    /// For a fork of a stream in another group: the pin it holds there.
+    pub(crate) remote_source: Option<RemotePin>,
 }
 
 impl StreamState {

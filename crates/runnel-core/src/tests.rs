@@ -85,6 +85,7 @@ pub(crate) fn create(name: &str, ct: &str) -> Command {
         body: Body::default(),
         compaction: false,
         retention: Retention::default(),
+        inherit: None,
     })
 }
 
@@ -111,6 +112,7 @@ pub(crate) fn fork(name: &str, source: &str, offset: Option<u64>, sub_offset: u6
         body: Body::default(),
         compaction: false,
         retention: Retention::default(),
+        inherit: None,
     })
 }
 

@@ -448,6 +448,18 @@ impl NodeEngine for ClusterNode {
         self.node_id.to_string()
     }
 
+    fn same_group(&self, a: &str, b: &str) -> bool {
+        let groups = self.groups.len();
+        group_index(a, groups) == group_index(b, groups)
+    }
+
+    fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
+        self.groups
+            .iter()
+            .flat_map(|g| g.view().take_released())
+            .collect()
+    }
+
     fn status(&self) -> serde_json::Value {
         let groups: Vec<GroupStatus> = self.groups.iter().map(|g| g.status()).collect();
         serde_json::json!({

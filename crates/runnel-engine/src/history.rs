@@ -67,7 +67,11 @@ async fn upkeep_group<G: MaintainedGroup + ?Sized>(
             now_ms: now,
             command: Command::Expire { ids: expired },
         };
-        benign(group.submit_entry(entry).await.map(drop))?;
+        let applied = group.submit_entry(entry).await;
+        if let Ok(applied) = &applied {
+            group.view().keep_released(applied);
+        }
+        benign(applied.map(drop))?;
     }
     for (name, before) in trims {
         benign(

@@ -29,8 +29,8 @@ use std::pin::Pin;
 
 use bytes::Bytes;
 use runnel_core::{
-    Applied, BootstrapPlan, Command, CoreError, Entry, ReadFrom, ReadPlan, SnapshotRef, StreamId,
-    StreamInfo,
+    Applied, BootstrapPlan, Command, CoreError, Entry, ForkMaterial, ReadFrom, ReadPlan, RemotePin,
+    SnapshotRef, StreamId, StreamInfo,
 };
 use tokio::sync::watch;
 
@@ -113,6 +113,14 @@ pub trait NodeEngine: Send + Sync + 'static {
 
     /// The node, its groups and their leaders, for `runnel ctl status`.
     fn status(&self) -> serde_json::Value;
+
+    /// Whether two streams belong to the same group (a fork of a stream in
+    /// another group copies its source instead of sharing it).
+    fn same_group(&self, a: &str, b: &str) -> bool;
+
+    /// Pins on other groups' streams that expiries on this node released,
+    /// for the server to send there as unpins.
+    fn take_released_pins(&self) -> Vec<RemotePin>;
 }
 
 /// A read's plan and its bytes as stored (JSON streams: `m1,m2,`).
@@ -154,6 +162,10 @@ pub trait GroupEngine: Send + Sync + 'static {
 
     /// The latest snapshot and the messages after it (at most `max_bytes`).
     fn bootstrap(&self, name: &str, max_bytes: u64) -> Result<Bootstrap, EngineError>;
+
+    /// What a fork in another group copies from stream `name` up to
+    /// `point` (from a pin), with the bytes (see `runnel_core::fork_copy`).
+    fn fork_material(&self, name: &str, point: u64) -> Result<(ForkMaterial, Bytes), EngineError>;
 }
 
 /// A bootstrap with its bytes: the snapshot (if any) and the tail after it
@@ -194,12 +206,13 @@ pub(crate) async fn propose_with_expiry<G: MaintainedGroup + ?Sized>(
             .collect()
     });
     if !expired.is_empty() {
-        group
+        let applied = group
             .submit_entry(Entry {
                 now_ms: now,
                 command: Command::Expire { ids: expired },
             })
             .await?;
+        group.view().keep_released(&applied);
     }
     group
         .submit_entry(Entry {

@@ -273,6 +273,19 @@ impl NodeEngine for Node {
             "write_failure": self.write_failure(),
         })
     }
+
+    fn same_group(&self, a: &str, b: &str) -> bool {
+        let groups = self.groups.len();
+        group_index(a, groups) == group_index(b, groups)
+    }
+
+    fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
+        use crate::MaintainedGroup;
+        self.groups
+            .iter()
+            .flat_map(|g| g.view().take_released())
+            .collect()
+    }
 }
 
 impl Drop for Node {

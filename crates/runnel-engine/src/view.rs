@@ -3,10 +3,13 @@
 //! tail notifier. Reads plan against the state under a shared lock and
 //! copy bytes from the log without it.
 
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
-use runnel_core::{ReadFrom, ReadPlan, Slice, SnapshotRef, StreamId, StreamInfo, StreamsState};
+use runnel_core::{
+    Applied, ForkMaterial, ReadFrom, ReadPlan, RemotePin, Slice, SnapshotRef, StreamId, StreamInfo,
+    StreamsState,
+};
 use runnel_log::Log;
 use tokio::sync::watch;
 
@@ -19,6 +22,9 @@ pub(crate) struct GroupView {
     pub state: Arc<RwLock<StreamsState>>,
     pub log: Arc<Log>,
     pub tails: Arc<TailNotifier>,
+    /// Pins on other groups' streams that expiries proposed here released
+    /// (deletes hand theirs to the caller); the server sends them on.
+    pub released: Arc<Mutex<Vec<RemotePin>>>,
 }
 
 impl GroupView {
@@ -27,6 +33,7 @@ impl GroupView {
             state: Arc::new(RwLock::new(state)),
             log,
             tails: Arc::new(TailNotifier::default()),
+            released: Arc::default(),
         }
     }
 
@@ -100,6 +107,30 @@ impl GroupView {
         })
     }
 
+    /// Keeps the pins an expiry released, for [`crate::NodeEngine::take_released_pins`].
+    pub fn keep_released(&self, applied: &Applied) {
+        if let Applied::Expired { released, .. } = applied {
+            if !released.is_empty() {
+                let mut kept = self.released.lock().expect("released pins lock");
+                kept.extend(released.iter().cloned());
+            }
+        }
+    }
+
+    pub fn take_released(&self) -> Vec<RemotePin> {
+        std::mem::take(&mut *self.released.lock().expect("released pins lock"))
+    }
+
+    /// What a fork at `point` copies from stream `name`, bytes included.
+    pub fn fork_material(
+        &self,
+        name: &str,
+        point: u64,
+    ) -> Result<(ForkMaterial, Bytes), EngineError> {
+        let (material, slices) = self.with_state(|s| s.fork_material(name, point))?;
+        Ok((material, self.copy_slices(&slices)?))
+    }
+
     fn fetch(&self, plan: ReadPlan) -> Result<ReadResult, EngineError> {
         let body = self.copy_slices(&plan.slices)?;
         Ok(ReadResult { plan, body })
@@ -171,6 +202,14 @@ macro_rules! delegate_reads_to_view {
             max_bytes: u64,
         ) -> Result<$crate::Bootstrap, $crate::EngineError> {
             self.view.bootstrap(name, max_bytes)
+        }
+
+        fn fork_material(
+            &self,
+            name: &str,
+            point: u64,
+        ) -> Result<(runnel_core::ForkMaterial, bytes::Bytes), $crate::EngineError> {
+            self.view.fork_material(name, point)
         }
     };
 }

@@ -18,6 +18,7 @@ fn create(name: &str) -> Command {
         body: Body::default(),
         compaction: false,
         retention: Default::default(),
+        inherit: None,
     })
 }
 

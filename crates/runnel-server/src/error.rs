@@ -20,6 +20,11 @@ pub enum ApiError {
     TooManyLiveReaders,
     /// The stream's group has no reachable leader: 503 with Retry-After.
     Unavailable(String),
+    /// A fork across groups would copy more than the limit.
+    ForkCopyTooLarge {
+        bytes: u64,
+        limit: u64,
+    },
     Engine(EngineError),
 }
 
@@ -51,6 +56,13 @@ impl IntoResponse for ApiError {
                 format!("request body exceeds the {limit}-byte limit"),
             ),
             ApiError::NotFound => (StatusCode::NOT_FOUND, "not found".into()),
+            ApiError::ForkCopyTooLarge { bytes, limit } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the fork source lives in another group, so the fork copies its {bytes} \
+                     bytes before the fork point; at most {limit} can be copied"
+                ),
+            ),
             ApiError::MethodNotAllowed => {
                 headers.insert(
                     http::header::ALLOW,
@@ -134,6 +146,7 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         CoreError::ProducerEpochSeqNotZero
         | CoreError::ForkOffsetBeyondTail
         | CoreError::ForkOffsetNotOnBoundary
+        | CoreError::InheritedDataMissing
         | CoreError::SubOffsetOutOfRange
         | CoreError::OffsetBeyondTail
         | CoreError::OffsetNotOnBoundary => StatusCode::BAD_REQUEST,

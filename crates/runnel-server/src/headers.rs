@@ -151,6 +151,20 @@ pub fn percent_decode(raw: &str) -> Result<String, ApiError> {
     String::from_utf8(out).map_err(|_| ApiError::bad("percent-escapes do not decode to UTF-8"))
 }
 
+/// Encodes a stream name for a request path: what [`percent_decode`]
+/// reads back as the same name.
+pub fn encode_path(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for b in name.bytes() {
+        if b.is_ascii_alphanumeric() || b"-._~/".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 /// The stream name from a request path or a `Stream-Forked-From` value.
 pub fn stream_name(path: &str) -> Result<String, ApiError> {
     let raw = path

@@ -88,6 +88,9 @@ pub fn router(node: Arc<dyn NodeEngine>, config: ServerConfig) -> Router {
         sse_cache: Arc::default(),
         config: Arc::new(config),
     };
+    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+        runtime.spawn(handlers::release_expired_pins(state.clone()));
+    }
     Router::new()
         .route("/health", get(handlers::health))
         .route("/_runnel/status", get(handlers::status))

@@ -91,12 +91,19 @@ impl RaftGroup {
     pub fn status(&self) -> GroupStatus {
         // openraft publishes the applied index just after the state machine
         // applied: while entries apply the digest may be a little ahead.
-        let metrics = self.raft.metrics().borrow().clone();
+        let receiver = self.raft.metrics();
+        let metrics = receiver.borrow().clone();
+        // The core drops its metrics sender when it exits (shutdown or a
+        // fatal error): the last metrics are then stale.
+        let state = match receiver.has_changed() {
+            Ok(_) => format!("{:?}", metrics.state),
+            Err(_) => "Stopped".to_string(),
+        };
         let digest = self.view.with_state(|state| state.digest());
         let last = metrics.last_log_index;
         GroupStatus {
             group: self.index,
-            state: format!("{:?}", metrics.state),
+            state,
             term: metrics.current_term,
             leader: metrics.current_leader,
             last_log_index: last,

@@ -5,9 +5,11 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, StatusCode};
 use runnel_core::offset::parse_offset;
-use runnel_core::{Applied, Command, ContentKind, CreateStream, ForkFrom, Retention};
+use runnel_core::{
+    Applied, Command, ContentKind, CreateStream, ForkFrom, Inherited, RemotePin, Retention,
+};
 
-use super::{body_bytes, framed_body, head::metadata_headers, header_value};
+use super::{body_bytes, framed_body, head::metadata_headers, header_value, pin};
 use crate::error::ApiError;
 use crate::headers::{self, names};
 use crate::AppState;
@@ -44,19 +46,50 @@ pub async fn put(app: AppState, name: String, request: Request) -> Result<Respon
     };
     let data = body_bytes(&app, body).await?;
 
+    // A fork of a stream in another group copies its source: pin the
+    // source there and fetch the copy first.
+    let cross_group = fork
+        .as_ref()
+        .filter(|f| !app.node.same_group(&name, &f.source));
+    let pinned = match cross_group {
+        Some(f) => {
+            let token = pin::new_token(&app);
+            match pin::request_pin(&app, f, &token).await {
+                Ok((material, bytes)) => Some((token, material, bytes)),
+                Err(refusal) => return Ok(refusal),
+            }
+        }
+        None => None,
+    };
+
     // The body is framed by the stream's content type: the request's, or
     // for a fork without one, the source's.
-    let kind = match (&content_type, &fork) {
-        (Some(ct), _) => ContentKind::of(ct),
-        (None, Some(f)) => app
+    let kind = match (&content_type, &fork, &pinned) {
+        (Some(ct), _, _) => ContentKind::of(ct),
+        (None, _, Some((_, material, _))) => ContentKind::of(&material.content_type),
+        (None, Some(f), None) => app
             .node
             .head(&f.source)
             .map(|i| i.kind)
             .unwrap_or(ContentKind::Binary),
-        (None, None) => ContentKind::Binary,
+        (None, None, _) => ContentKind::Binary,
     };
     // An empty JSON array creates an empty stream.
-    let body = framed_body(kind, &data, true)?;
+    let mut body = framed_body(kind, &data, true)?;
+
+    let mut inherit = None;
+    let mut pin_held = None;
+    if let Some((token, material, bytes)) = pinned {
+        let mut data = Vec::with_capacity(bytes.len() + body.data.len());
+        data.extend_from_slice(&bytes);
+        data.extend_from_slice(&body.data);
+        body.data = data;
+        pin_held = fork.as_ref().map(|f| RemotePin {
+            source: f.source.clone(),
+            token: token.clone(),
+        });
+        inherit = Some(Inherited { token, material });
+    }
 
     let command = Command::Create(CreateStream {
         name,
@@ -68,8 +101,15 @@ pub async fn put(app: AppState, name: String, request: Request) -> Result<Respon
         body,
         compaction,
         retention,
+        inherit,
     });
-    let Applied::Created { stream, created } = app.node.propose(command).await? else {
+    let applied = app.node.propose(command).await;
+    // The pin stays only with a fork this request created.
+    let created = matches!(applied, Ok(Applied::Created { created: true, .. }));
+    if let (Some(pin), false) = (pin_held, created) {
+        pin::send_unpins(&app, vec![pin]).await;
+    }
+    let Applied::Created { stream, created } = applied? else {
         unreachable!("a create answers Created");
     };
     let mut headers = HeaderMap::new();

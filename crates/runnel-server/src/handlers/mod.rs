@@ -7,10 +7,12 @@ mod bootstrap;
 mod create;
 mod delete;
 mod head;
+mod pin;
 mod read;
 mod snapshot;
 mod sse;
 
+pub use pin::release_expired_pins;
 pub use sse::RenderCache as SseRenderCache;
 
 use axum::body::Body;
@@ -57,6 +59,8 @@ enum Target {
     Bootstrap(String),
     /// `{stream}/$retention/{offset}`.
     Retention(String, String),
+    /// `{stream}/$pin`: a fork in another group holding this stream.
+    Pin(String),
 }
 
 impl Target {
@@ -65,6 +69,7 @@ impl Target {
         let stream = |n: usize| segments[..segments.len() - n].join("/");
         let target = match segments.as_slice() {
             [.., "$bootstrap"] if segments.len() > 1 => Target::Bootstrap(stream(1)),
+            [.., "$pin"] if segments.len() > 1 => Target::Pin(stream(1)),
             [.., "$snapshot"] if segments.len() > 1 => Target::Snapshot(stream(1), None),
             [.., "$snapshot", offset] if segments.len() > 2 => {
                 Target::Snapshot(stream(2), Some(offset.to_string()))
@@ -76,7 +81,7 @@ impl Target {
         };
         if target.stream().split('/').any(|s| s.starts_with('$')) {
             return Err(ApiError::bad(
-                "path segments starting with $ are reserved ($snapshot, $bootstrap, $retention)",
+                "path segments starting with $ are reserved ($snapshot, $bootstrap, $retention, $pin)",
             ));
         }
         Ok(target)
@@ -88,7 +93,8 @@ impl Target {
             Target::Stream(n)
             | Target::Snapshot(n, _)
             | Target::Bootstrap(n)
-            | Target::Retention(n, _) => n,
+            | Target::Retention(n, _)
+            | Target::Pin(n) => n,
         }
     }
 }
@@ -109,7 +115,11 @@ async fn dispatch(app: AppState, target: Target, request: Request) -> Result<Res
         Target::Retention(name, offset) if method == Method::PUT => {
             snapshot::trim(app, name, offset).await
         }
-        Target::Bootstrap(_) | Target::Retention(..) => Err(ApiError::MethodNotAllowed),
+        Target::Pin(name) if method == Method::POST => pin::pin(app, name, request).await,
+        Target::Pin(name) if method == Method::DELETE => pin::unpin(app, name, request).await,
+        Target::Bootstrap(_) | Target::Retention(..) | Target::Pin(_) => {
+            Err(ApiError::MethodNotAllowed)
+        }
     }
 }
 

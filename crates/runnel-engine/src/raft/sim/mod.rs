@@ -194,6 +194,7 @@ async fn producer(
                 body: Body::default(),
                 compaction: false,
                 retention: Retention::default(),
+                inherit: None,
             })
         };
         match propose_via_leader(&alive, &mut rng, &name, command).await {

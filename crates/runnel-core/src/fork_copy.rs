@@ -1,0 +1,274 @@
+//! Forks whose source lives in another group.
+//!
+//! A fork normally reads its inherited bytes from its source in the same
+//! state. When the source belongs to another group (another Raft log, in
+//! a cluster) that is impossible, so the fork's group stores a copy:
+//!
+//! 1. the source's group applies [`Command::Pin`](crate::Command::Pin):
+//!    it checks the fork request as a local fork would, resolves the fork
+//!    point, and records a pin token, which counts like a local fork
+//!    (deleting the source then only soft-deletes it);
+//! 2. it answers with [`ForkMaterial`]: the source's metadata and its
+//!    chunks up to the fork point, bytes included;
+//! 3. the fork's group applies a create carrying that copy
+//!    ([`Inherited`]), so the fork reads the same bytes at the same
+//!    offsets with the same message boundaries;
+//! 4. when the fork goes (delete, expiry, or a failed create), its
+//!    [`RemotePin`] is handed back and the source's group applies
+//!    [`Command::Unpin`](crate::Command::Unpin), which may complete the
+//!    deletion of a soft-deleted source.
+//!
+//! Pins are keyed by a token unique to one fork creation, so every step
+//! can be retried and a failed create can release its pin without
+//! touching the pin of an existing fork of the same name.
+
+use crate::codec::{CodecError, Reader, Writer};
+use crate::command::StreamId;
+use crate::error::CoreError;
+use crate::state::{Applied, Slice, StreamsState};
+use crate::stream::Chunk;
+
+/// One append of the source as the fork inherits it (clipped at the fork
+/// point).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InheritedChunk {
+    pub start: u64,
+    pub len: u64,
+    /// JSON message ends relative to `start`, when more than one.
+    pub message_ends: Vec<u32>,
+    pub at_ms: i64,
+}
+
+/// What a fork copies from a source in another group: the source's
+/// metadata and its chunks below the fork point. The chunks' bytes travel
+/// alongside, concatenated in chunk order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForkMaterial {
+    pub content_type: String,
+    pub ttl_secs: Option<u64>,
+    pub expires_at_ms: Option<i64>,
+    /// The source's earliest readable offset (history before it trimmed).
+    pub earliest: u64,
+    /// The fork point: the fork's own appends start here.
+    pub point: u64,
+    pub chunks: Vec<InheritedChunk>,
+}
+
+/// A fork creation's copy of its source, with the pin it holds there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Inherited {
+    pub token: String,
+    pub material: ForkMaterial,
+}
+
+/// A pin held on a stream of another group, released when the fork
+/// holding it goes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemotePin {
+    pub source: String,
+    pub token: String,
+}
+
+impl ForkMaterial {
+    /// Bytes of all chunks together.
+    pub fn data_len(&self) -> u64 {
+        self.chunks.iter().map(|c| c.len).sum()
+    }
+
+    /// The wire form: the material, then `data`.
+    pub fn encode(&self, data: &[u8]) -> Vec<u8> {
+        let mut w = Writer::wrap(Vec::with_capacity(64 + data.len()));
+        self.write(&mut w);
+        w.raw(data);
+        w.finish()
+    }
+
+    /// Reads the wire form; returns the material and its data.
+    pub fn decode(bytes: &[u8]) -> Result<(ForkMaterial, &[u8]), CodecError> {
+        let mut r = Reader::new(bytes);
+        let material = ForkMaterial::read(&mut r)?;
+        let data = &bytes[r.data_start()..];
+        if data.len() as u64 != material.data_len() {
+            return Err(CodecError::Truncated);
+        }
+        Ok((material, data))
+    }
+
+    pub(crate) fn write(&self, w: &mut Writer) {
+        w.str(&self.content_type);
+        w.opt_u64(self.ttl_secs);
+        w.opt_i64(self.expires_at_ms);
+        w.u64(self.earliest);
+        w.u64(self.point);
+        w.u64(self.chunks.len() as u64);
+        for c in &self.chunks {
+            w.u64(c.start);
+            w.u64(c.len);
+            w.u32_list(&c.message_ends);
+            w.i64(c.at_ms);
+        }
+    }
+
+    pub(crate) fn read(r: &mut Reader<'_>) -> Result<ForkMaterial, CodecError> {
+        let content_type = r.string()?;
+        let ttl_secs = r.opt_u64()?;
+        let expires_at_ms = r.opt_i64()?;
+        let earliest = r.u64()?;
+        let point = r.u64()?;
+        let count = r.u64()?;
+        let mut chunks = Vec::new();
+        for _ in 0..count {
+            chunks.push(InheritedChunk {
+                start: r.u64()?,
+                len: r.u64()?,
+                message_ends: r.u32_list()?,
+                at_ms: r.i64()?,
+            });
+        }
+        Ok(ForkMaterial {
+            content_type,
+            ttl_secs,
+            expires_at_ms,
+            earliest,
+            point,
+            chunks,
+        })
+    }
+
+    /// The chunks as a stream stores them, the bytes stored from `loc` on.
+    pub(crate) fn stored_chunks(&self, mut loc: u64) -> Vec<Chunk> {
+        self.chunks
+            .iter()
+            .map(|c| {
+                let chunk = Chunk {
+                    start: c.start,
+                    len: c.len,
+                    loc,
+                    message_ends: (c.message_ends.len() > 1)
+                        .then(|| c.message_ends.clone().into_boxed_slice()),
+                    at_ms: c.at_ms,
+                };
+                loc += c.len;
+                chunk
+            })
+            .collect()
+    }
+}
+
+impl StreamsState {
+    /// Applies a pin: checks a fork of `name` at `offset`/`sub_offset` as
+    /// a local fork would be checked and holds the source for it.
+    pub(crate) fn pin(
+        &mut self,
+        name: &str,
+        token: &str,
+        offset: Option<u64>,
+        sub_offset: u64,
+    ) -> Result<Applied, CoreError> {
+        let id = *self.names.get(name).ok_or(CoreError::ForkSourceNotFound)?;
+        let source = &self.streams[&id];
+        if source.soft_deleted {
+            return Err(CoreError::ForkSourceGone);
+        }
+        let fork = crate::ForkFrom {
+            source: name.to_string(),
+            offset,
+            sub_offset,
+        };
+        let point = self.resolve_fork_point(id, &fork)?;
+        let source = self.streams.get_mut(&id).expect("named streams exist");
+        if source.pins.insert(token.to_string()) {
+            source.fork_refs += 1;
+        }
+        Ok(Applied::Pinned { point })
+    }
+
+    /// Applies an unpin: releases `token` if `name` holds it (a retry or
+    /// an unknown token changes nothing). A soft-deleted source whose last
+    /// reader this was goes for good.
+    pub(crate) fn unpin(&mut self, name: &str, token: &str) -> Applied {
+        let Some(&id) = self.names.get(name) else {
+            return Applied::Unpinned {
+                released: Vec::new(),
+            };
+        };
+        let s = self.streams.get_mut(&id).expect("named streams exist");
+        if s.pins.remove(token) {
+            s.fork_refs -= 1;
+            if s.soft_deleted && s.fork_refs == 0 {
+                self.remove_chain(id);
+            }
+        }
+        Applied::Unpinned {
+            released: std::mem::take(&mut self.released),
+        }
+    }
+
+    /// What a fork of `name` at `point` (from [`Applied::Pinned`]) copies,
+    /// and where the copied bytes lie in the log, in chunk order.
+    pub fn fork_material(
+        &self,
+        name: &str,
+        point: u64,
+    ) -> Result<(ForkMaterial, Vec<Slice>), CoreError> {
+        let id: StreamId = *self.names.get(name).ok_or(CoreError::ForkSourceNotFound)?;
+        let source = &self.streams[&id];
+        let mut chunks = Vec::new();
+        let mut slices = Vec::new();
+        let mut pos = source.earliest.min(point);
+        while pos < point {
+            let (chunk, end) = self
+                .stored_chunk_at(id, pos)
+                .ok_or(CoreError::ForkOffsetBeyondTail)?;
+            let end = end.min(point);
+            let len = end - chunk.start;
+            let ends: Vec<u32> = chunk
+                .message_ends
+                .as_deref()
+                .unwrap_or(&[])
+                .iter()
+                .copied()
+                .filter(|e| u64::from(*e) <= len)
+                .collect();
+            chunks.push(InheritedChunk {
+                start: chunk.start,
+                len,
+                message_ends: if ends.len() > 1 { ends } else { Vec::new() },
+                at_ms: chunk.at_ms,
+            });
+            slices.push(Slice {
+                loc: chunk.loc,
+                len,
+            });
+            pos = end;
+        }
+        Ok((
+            ForkMaterial {
+                content_type: source.content_type.clone(),
+                ttl_secs: source.ttl_secs,
+                expires_at_ms: source.expires_at_ms,
+                earliest: source.earliest.min(point),
+                point,
+                chunks,
+            },
+            slices,
+        ))
+    }
+
+    /// The stored chunk holding `pos` in stream `id`'s view, through its
+    /// fork chain, and where that view of it ends.
+    fn stored_chunk_at(&self, id: StreamId, pos: u64) -> Option<(&Chunk, u64)> {
+        let mut s = self.streams.get(&id)?;
+        let mut limit = s.tail;
+        loop {
+            if pos >= s.own_start() {
+                let chunk = &s.chunks[s.own_chunk_index(pos)?];
+                let end = chunk.end().min(limit);
+                return (pos < end).then_some((chunk, end));
+            }
+            let base = s.base.as_ref()?;
+            limit = limit.min(base.point);
+            s = self.streams.get(&base.source)?;
+        }
+    }
+}
