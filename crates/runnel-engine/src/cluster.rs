@@ -33,7 +33,7 @@ use crate::raft::group::{GroupStatus, RaftGroup};
 use crate::raft::journal::{Durability, GroupLog, JournalStore};
 use crate::raft::snapshot;
 use crate::raft::state_machine::{AppliedPoint, GroupShared, GroupStateMachine, Persisted};
-use crate::raft::transport::{raft_addr, PeerLink, TcpTransport, Transport};
+use crate::raft::transport::{raft_addr, PeerLink, ReadIndex, TcpTransport, Transport};
 use crate::raft::{NodeId, Raft};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
@@ -84,8 +84,14 @@ pub struct ClusterNode {
     peers: BTreeMap<NodeId, String>,
     log: Arc<Log>,
     collector: Arc<Collector>,
+    /// Read indexes from group leaders, for live reads served here.
+    reads: Arc<dyn ReadIndex>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
+
+/// How long a follower waits to apply up to a leader's read index before
+/// sending a live read to the leader instead.
+const FOLLOWER_CATCH_UP: Duration = Duration::from_secs(2);
 
 impl ClusterNode {
     /// Opens the data directory, recovers every group's Raft log, starts
@@ -190,6 +196,7 @@ impl ClusterNode {
             members.insert(*id, BasicNode { addr });
         }
         let transport = Arc::new(transport);
+        let reads: Arc<dyn ReadIndex> = transport.clone();
 
         let mut groups = Vec::new();
         let mut shares = Vec::new();
@@ -289,6 +296,7 @@ impl ClusterNode {
             peers: config.peers.clone(),
             log,
             collector,
+            reads,
             tasks,
         }))
     }
@@ -446,6 +454,45 @@ impl NodeEngine for ClusterNode {
 
     fn node_label(&self) -> String {
         self.node_id.to_string()
+    }
+
+    /// A follower serves a live read once it applied everything its
+    /// leader had committed when asked (a read index), so it shows
+    /// nothing older than what a client was acknowledged, and never
+    /// anything uncommitted (only committed entries are applied). Streams
+    /// with a sliding TTL are read at the leader, whose memory holds the
+    /// renewals that reads make.
+    fn prepare_live_read<'a>(&'a self, name: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let group = self.group_for(name);
+            let Some(leader) = group.leader() else {
+                return false;
+            };
+            if leader != self.node_id {
+                let index = match self.reads.read_index(leader, group.index()).await {
+                    Ok(index) => index,
+                    Err(reason) => {
+                        tracing::debug!(group = group.index(), %reason, "no read index");
+                        return false;
+                    }
+                };
+                if let Some(index) = index {
+                    let caught_up = group
+                        .raft()
+                        .wait(Some(FOLLOWER_CATCH_UP))
+                        .applied_index_at_least(Some(index), "follower read")
+                        .await;
+                    if caught_up.is_err() {
+                        return false;
+                    }
+                }
+            }
+            group.view().with_state(|state| {
+                state
+                    .stream_by_name(name)
+                    .is_some_and(|s| s.ttl_secs.is_none() && !s.soft_deleted)
+            })
+        })
     }
 
     fn same_group(&self, a: &str, b: &str) -> bool {

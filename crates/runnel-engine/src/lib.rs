@@ -111,6 +111,13 @@ pub trait NodeEngine: Send + Sync + 'static {
         "single".into()
     }
 
+    /// Whether this node, though not the leader of `name`'s group, may
+    /// serve a live read (SSE, long-poll) of it from its own applied
+    /// state; waits until that state is current enough to.
+    fn prepare_live_read<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, bool> {
+        Box::pin(async { false })
+    }
+
     /// The node, its groups and their leaders, for `runnel ctl status`.
     fn status(&self) -> serde_json::Value;
 

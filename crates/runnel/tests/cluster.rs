@@ -348,3 +348,100 @@ async fn a_wiped_node_rejoins_by_snapshot_install() {
     );
     assert_holds(&cluster, &expected).await;
 }
+
+/// Live reads through a follower are served by that follower from its
+/// applied state, after catching up with its leader (a read index): a
+/// long-poll at `offset=now` right after an acknowledged append waits for
+/// the next append, not that one. Streams with a sliding TTL are read at
+/// the leader.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_serve_live_reads_from_their_applied_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(dir.path(), 3, &["--groups", "3"]).await;
+    let leaders = cluster.wait_for_leaders(Duration::from_secs(10)).await;
+    let client = reqwest::Client::new();
+    let served_by = |r: &reqwest::Response| {
+        r.headers()["runnel-served-by"]
+            .to_str()
+            .unwrap()
+            .parse::<usize>()
+            .unwrap()
+            - 1
+    };
+
+    for (s, ttl) in [
+        ("tail-a", None),
+        ("tail-b", None),
+        ("tail-ttl", Some("600")),
+    ] {
+        let leader = leaders[runnel_engine::node::group_index(s, 3)];
+        let follower = (leader + 1) % 3;
+        let mut create = client
+            .put(cluster.stream_url(leader, s))
+            .header("content-type", "text/plain");
+        if let Some(ttl) = ttl {
+            create = create.header("stream-ttl", ttl);
+        }
+        assert_eq!(create.send().await.unwrap().status(), 201);
+        for round in 0..5 {
+            // Acknowledged by the leader, then a long-poll at the tail
+            // through the follower: it must wait for the next append.
+            let r = client
+                .post(cluster.stream_url(leader, s))
+                .header("content-type", "text/plain")
+                .body(format!("old{round};"))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 204);
+            let poll = client
+                .get(format!(
+                    "{}?offset=now&live=long-poll",
+                    cluster.stream_url(follower, s)
+                ))
+                .send();
+            let writer = async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                client
+                    .post(cluster.stream_url(leader, s))
+                    .header("content-type", "text/plain")
+                    .body(format!("new{round};"))
+                    .send()
+                    .await
+                    .unwrap()
+            };
+            let (poll, appended) = tokio::join!(poll, writer);
+            assert_eq!(appended.status(), 204);
+            let poll = poll.unwrap();
+            let expected_server = if ttl.is_some() { leader } else { follower };
+            assert_eq!(served_by(&poll), expected_server, "{s} round {round}");
+            assert_eq!(poll.status(), 200);
+            assert_eq!(poll.text().await.unwrap(), format!("new{round};"));
+        }
+    }
+
+    // SSE through a follower sees what the leader committed.
+    let s = "tail-a";
+    let leader = leaders[runnel_engine::node::group_index(s, 3)];
+    let follower = (leader + 2) % 3;
+    let mut sse = client
+        .get(format!(
+            "{}?offset=-1&live=sse",
+            cluster.stream_url(follower, s)
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(served_by(&sse), follower);
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !seen.contains("new4;") {
+        let chunk = tokio::time::timeout_at(deadline.into(), sse.chunk())
+            .await
+            .expect("SSE delivered the stream")
+            .unwrap()
+            .expect("SSE stays open");
+        seen.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(seen.contains("old0;new0;old1;"), "{seen}");
+}

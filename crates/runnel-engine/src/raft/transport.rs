@@ -38,6 +38,9 @@ const KIND_SNAPSHOT: u8 = 3;
 /// Whether the receiver's copy of a group is initialized (a node that
 /// lost its disk must rejoin its groups, not found them anew).
 const KIND_PROBE: u8 = 4;
+/// The leader's read index: the log index a follower must apply before
+/// serving a read (the leader confirms it still leads first).
+const KIND_READ_INDEX: u8 = 5;
 /// Largest frame accepted (a batch of entries of the largest record size).
 const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -148,6 +151,14 @@ impl PeerLink {
         bincode::deserialize(&reply).ok()
     }
 
+    /// The read index of `group` from this peer, its leader.
+    pub async fn read_index(&self, group: u32) -> Result<Option<u64>, String> {
+        let reply = self
+            .call(KIND_READ_INDEX, group, &[], Duration::from_secs(2))
+            .await?;
+        bincode::deserialize(&reply).map_err(|e| format!("undecodable read index: {e}"))
+    }
+
     async fn connect(&self) -> Result<Connection, String> {
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
             .await
@@ -248,6 +259,43 @@ pub(crate) trait Transport: Send + Sync + 'static {
 
     /// Whether any peer has `group` initialized.
     fn peer_has_group(&self, group: u32) -> crate::BoxFuture<'_, bool>;
+
+    /// The read index of `group` from `leader` (see [`ReadIndex`]).
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>>;
+}
+
+/// Asks a group's leader for its read index: once this node has applied
+/// up to it, its state holds every write acknowledged before the request
+/// (a follower read that is not stale). Object-safe, unlike [`Transport`].
+pub(crate) trait ReadIndex: Send + Sync {
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>>;
+}
+
+impl<T: Transport> ReadIndex for T {
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>> {
+        Transport::read_index(self, leader, group)
+    }
+}
+
+/// The leader's side of a read index: confirms leadership with a quorum
+/// and answers the index to apply up to.
+pub(crate) async fn leader_read_index(raft: &Raft) -> Result<Option<u64>, String> {
+    raft.ensure_linearizable()
+        .await
+        .map(|log_id| log_id.map(|l| l.index))
+        .map_err(|e| e.to_string())
 }
 
 /// TCP links to every peer and a listener for theirs.
@@ -280,6 +328,20 @@ impl Transport for TcpTransport {
                 }
             })?;
             Ok(vec![tokio::spawn(serve(listener, groups))])
+        })
+    }
+
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>> {
+        Box::pin(async move {
+            let link = self
+                .links
+                .get(&leader)
+                .ok_or_else(|| format!("node {leader} is not among the peers"))?;
+            link.read_index(group).await
         })
     }
 
@@ -451,6 +513,7 @@ async fn answer(groups: &[Raft], kind: u8, group: u32, body: &[u8]) -> Result<Ve
             bincode::serialize(&raft.install_snapshot(request).await)
         }
         KIND_PROBE => bincode::serialize(&raft.is_initialized().await.unwrap_or(false)),
+        KIND_READ_INDEX => bincode::serialize(&leader_read_index(raft).await?),
         other => return Err(format!("unknown raft request kind {other}")),
     };
     encoded.map_err(|e| format!("encoding the raft response: {e}"))

@@ -27,16 +27,35 @@ use crate::error::ApiError;
 use crate::headers;
 use crate::AppState;
 
+/// Names the node that answered a stream request (`single` for a single
+/// node): in a cluster, the leader it was forwarded to, or the follower
+/// that served a live read itself.
+pub const SERVED_BY: http::HeaderName = http::HeaderName::from_static("runnel-served-by");
+
 pub async fn stream(State(app): State<AppState>, request: Request) -> Response {
     let target = match headers::stream_name(request.uri().path()).and_then(|name| Target::of(&name))
     {
         Ok(target) => target,
         Err(e) => return e.into_response(),
     };
-    match app.node.route(target.stream()) {
-        Route::Local => dispatch(app, target, request)
-            .await
-            .unwrap_or_else(IntoResponse::into_response),
+    let mut route = app.node.route(target.stream());
+    if matches!(route, Route::Forward { .. })
+        && is_live_read(&target, &request)
+        && app.node.prepare_live_read(target.stream()).await
+    {
+        route = Route::Local;
+    }
+    match route {
+        Route::Local => {
+            let me = app.node.node_label();
+            let mut response = dispatch(app, target, request)
+                .await
+                .unwrap_or_else(IntoResponse::into_response);
+            if let Ok(me) = HeaderValue::from_str(&me) {
+                response.headers_mut().insert(SERVED_BY, me);
+            }
+            response
+        }
         Route::Forward { node, addr } => {
             let me = app.node.node_label();
             app.forwarder.forward(&me, node, &addr, request).await
@@ -46,6 +65,17 @@ pub async fn stream(State(app): State<AppState>, request: Request) -> Response {
         )
         .into_response(),
     }
+}
+
+/// SSE and long-poll reads, which a follower may serve itself (see
+/// `NodeEngine::prepare_live_read`); catch-up reads go to the leader.
+fn is_live_read(target: &Target, request: &Request) -> bool {
+    matches!(target, Target::Stream(_))
+        && request.method() == Method::GET
+        && request.uri().query().is_some_and(|q| {
+            q.split('&')
+                .any(|p| p == "live=sse" || p == "live=long-poll")
+        })
 }
 
 /// What a request path names. Path segments starting with `$` are

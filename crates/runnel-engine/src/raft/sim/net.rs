@@ -154,6 +154,19 @@ impl Transport for SimTransport {
         Box::pin(async { Ok(Vec::new()) })
     }
 
+    fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>> {
+        Box::pin(async move {
+            if self.net.leg(self.me, leader).is_none() {
+                return Err(format!("node {leader} is unreachable"));
+            }
+            let raft = self
+                .net
+                .raft(leader, group)
+                .ok_or_else(|| format!("node {leader} is down"))?;
+            crate::raft::transport::leader_read_index(&raft).await
+        })
+    }
+
     fn peer_has_group(&self, group: u32) -> BoxFuture<'_, bool> {
         Box::pin(async move {
             let peers: Vec<NodeId> = self.net.lock().nodes.keys().copied().collect();
