@@ -456,6 +456,10 @@ impl NodeEngine for ClusterNode {
         self.node_id.to_string()
     }
 
+    fn read_barrier<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(self.group_for(name).read_barrier())
+    }
+
     /// A follower serves a live read once it applied everything its
     /// leader had committed when asked (a read index), so it shows
     /// nothing older than what a client was acknowledged, and never

@@ -118,6 +118,13 @@ pub trait NodeEngine: Send + Sync + 'static {
         Box::pin(async { false })
     }
 
+    /// Before a read served by the leader of `name`'s group: waits until
+    /// its state holds every write acknowledged before the call (in a
+    /// cluster, leadership is confirmed by a quorum first).
+    fn read_barrier<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     /// The node, its groups and their leaders, for `runnel ctl status`.
     fn status(&self) -> serde_json::Value;
 

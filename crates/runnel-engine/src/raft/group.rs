@@ -19,6 +19,7 @@ use runnel_core::{Applied, Command, Entry};
 use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
+use super::read_barrier::ReadBarrier;
 use super::{AppRequest, NodeId, Raft};
 use crate::view::{delegate_reads_to_view, GroupView};
 use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
@@ -29,6 +30,7 @@ pub struct RaftGroup {
     raft: Raft,
     view: GroupView,
     proposals: mpsc::Sender<Proposal>,
+    read_barrier: Arc<ReadBarrier>,
 }
 
 struct Proposal {
@@ -73,6 +75,7 @@ impl RaftGroup {
         RaftGroup {
             index,
             node_id,
+            read_barrier: ReadBarrier::new(raft.clone()),
             raft,
             view,
             proposals,
@@ -81,6 +84,12 @@ impl RaftGroup {
 
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// On the leader: waits until a read of this node's state is
+    /// linearizable (see [`ReadBarrier`]).
+    pub async fn read_barrier(&self) -> Result<(), EngineError> {
+        self.read_barrier.wait().await
     }
 
     /// The leader this node knows of.

@@ -28,6 +28,7 @@
 pub(crate) mod collect;
 pub mod group;
 pub(crate) mod journal;
+pub(crate) mod read_barrier;
 pub mod runtime;
 pub(crate) mod snapshot;
 pub(crate) mod state_machine;

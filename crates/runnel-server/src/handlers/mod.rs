@@ -39,14 +39,22 @@ pub async fn stream(State(app): State<AppState>, request: Request) -> Response {
         Err(e) => return e.into_response(),
     };
     let mut route = app.node.route(target.stream());
+    let mut follower_read = false;
     if matches!(route, Route::Forward { .. })
         && is_live_read(&target, &request)
         && app.node.prepare_live_read(target.stream()).await
     {
         route = Route::Local;
+        follower_read = true;
     }
     match route {
         Route::Local => {
+            let reads = matches!(*request.method(), Method::GET | Method::HEAD);
+            if reads && !follower_read {
+                if let Err(e) = app.node.read_barrier(target.stream()).await {
+                    return ApiError::from(e).into_response();
+                }
+            }
             let me = app.node.node_label();
             let mut response = dispatch(app, target, request)
                 .await

@@ -13,7 +13,11 @@
 //! - every acknowledged append is readable, at the offset it was given;
 //! - every replica holds the same bytes for every stream (one order);
 //! - each producer's sequence appears once, in order (no duplicate from a
-//!   retry, no gap), so offsets only grow.
+//!   retry, no gap), so offsets only grow;
+//! - while the faults run, readers read each stream through the node that
+//!   believes it leads, as forwarded reads are served: every read holds
+//!   what was acknowledged before it began and no less than the previous
+//!   read (a leader cut off from the others must not serve stale state).
 //!
 //! `cargo test -p runnel-engine sim_` runs the fixed seed corpus;
 //! `RUNNEL_SIM_SEEDS=500 cargo test --release -p runnel-engine sim_corpus`
@@ -22,7 +26,7 @@
 mod net;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -155,6 +159,7 @@ async fn producer(
     nodes: Arc<Mutex<Vec<Arc<ClusterNode>>>>,
     stop: Arc<AtomicBool>,
     trace: Arc<Mutex<Vec<String>>>,
+    acked_end: Arc<AtomicU64>,
 ) -> Acks {
     let mut rng = StdRng::seed_from_u64(seed);
     let name = format!("stream-{stream}");
@@ -205,6 +210,7 @@ async fn producer(
                 ..
             }) => {
                 acks.push((seq, next_offset.0, duplicate));
+                acked_end.fetch_max(next_offset.0, Ordering::Relaxed);
                 trace.lock().unwrap().push(format!(
                     "{} ack {stream}:{seq}@{}",
                     at(),
@@ -220,6 +226,61 @@ async fn producer(
         }
     }
     acks
+}
+
+/// Reads `stream` through the node that believes it leads the stream's
+/// group, as a client's forwarded catch-up read would be served, and
+/// checks each read is linearizable: it holds every append acknowledged
+/// before it started, and no less than the previous read. (A leader cut
+/// off from the others must not serve its stale state.) Returns the
+/// number of reads served.
+async fn reader(
+    stream: usize,
+    seed: u64,
+    nodes: Arc<Mutex<Vec<Arc<ClusterNode>>>>,
+    stop: Arc<AtomicBool>,
+    acked_end: Arc<AtomicU64>,
+) -> usize {
+    let mut rng = StdRng::seed_from_u64(seed.wrapping_add(100 + stream as u64));
+    let name = format!("stream-{stream}");
+    let (mut served, mut last_len) = (0, 0);
+    while !stop.load(Ordering::Relaxed) {
+        tokio::time::sleep(Duration::from_millis(rng.gen_range(5..50))).await;
+        let alive = nodes.lock().unwrap().clone();
+        if alive.is_empty() {
+            continue;
+        }
+        let acked_before = acked_end.load(Ordering::Relaxed);
+        let asked = &alive[rng.gen_range(0..alive.len())];
+        let target = match asked.route(&name) {
+            Route::Local => Arc::clone(asked),
+            Route::Forward { node, .. } => match alive.iter().find(|n| n.node_id() == node) {
+                Some(n) => Arc::clone(n),
+                None => continue,
+            },
+            Route::NoLeader => continue,
+        };
+        let barrier = tokio::time::timeout(Duration::from_secs(3), target.read_barrier(&name));
+        if !matches!(barrier.await, Ok(Ok(()))) {
+            continue;
+        }
+        let Ok(read) = target
+            .engine_for(&name)
+            .read(&name, ReadFrom::Start, u64::MAX)
+        else {
+            continue;
+        };
+        let len = read.body.len() as u64;
+        assert!(
+            len >= acked_before && len >= last_len,
+            "seed {seed}: a read of {name} through node {} saw {len} bytes, after {acked_before} \
+             were acknowledged and a previous read saw {last_len}",
+            target.node_id()
+        );
+        last_len = len;
+        served += 1;
+    }
+    served
 }
 
 /// Runs one seed; panics with the seed on a violated check. Returns the
@@ -253,6 +314,7 @@ async fn simulate(seed: u64) -> Vec<String> {
     }
     let alive = Arc::new(Mutex::new(sim.alive()));
     let stop = Arc::new(AtomicBool::new(false));
+    let acked_ends: Vec<Arc<AtomicU64>> = (0..STREAMS).map(|_| Arc::default()).collect();
     let producers: Vec<_> = (0..STREAMS)
         .map(|s| {
             tokio::spawn(producer(
@@ -261,6 +323,18 @@ async fn simulate(seed: u64) -> Vec<String> {
                 Arc::clone(&alive),
                 Arc::clone(&stop),
                 Arc::clone(&sim.trace),
+                Arc::clone(&acked_ends[s]),
+            ))
+        })
+        .collect();
+    let readers: Vec<_> = (0..STREAMS)
+        .map(|s| {
+            tokio::spawn(reader(
+                s,
+                seed,
+                Arc::clone(&alive),
+                Arc::clone(&stop),
+                Arc::clone(&acked_ends[s]),
             ))
         })
         .collect();
@@ -327,6 +401,11 @@ async fn simulate(seed: u64) -> Vec<String> {
     for p in producers {
         acks.push(p.await.unwrap());
     }
+    let mut reads = 0;
+    for r in readers {
+        reads += r.await.unwrap();
+    }
+    sim.note(format!("{} reads {reads}", at()));
     converge(&sim, seed).await;
     check(&sim, seed, &acks);
     let trace = sim.trace.lock().unwrap().clone();
@@ -437,8 +516,15 @@ fn sim_corpus_keeps_every_acknowledged_append() {
     for seed in seeds() {
         let trace = run(seed);
         let acked = trace.iter().filter(|e| e.contains(" ack ")).count();
-        let faults = trace.len() - acked;
-        eprintln!("seed {seed}: {acked} acknowledged appends, {faults} fault events");
+        let reads = trace
+            .iter()
+            .find_map(|e| e.split(" reads ").nth(1))
+            .unwrap_or("0")
+            .to_string();
+        let faults = trace.len() - acked - 1;
+        eprintln!(
+            "seed {seed}: {acked} acknowledged appends, {reads} checked reads, {faults} fault events"
+        );
         assert!(
             acked > 50,
             "seed {seed}: the cluster barely made progress ({acked} acks)"
