@@ -9,7 +9,9 @@
 //! Once a checkpoint is on disk, log segments that lie wholly before every
 //! group's position and hold no live byte (no stream chunk or snapshot
 //! points into them) are deleted: this is how deleted, expired and trimmed
-//! data leaves the disk.
+//! data leaves the disk. Segments that are mostly dead have their live
+//! bytes moved forward so that a later checkpoint can delete them (see
+//! [`crate::copy_forward`]).
 //!
 //! File layout: `RNLCKPT1`, group count (u32), then per group its
 //! `applied_end` (u64), state length (u64) and state bytes, then a CRC32C
@@ -21,6 +23,7 @@ use std::sync::Arc;
 use runnel_core::StreamsState;
 use runnel_log::Log;
 
+use crate::copy_forward;
 use crate::local::{GroupCheckpoint, LocalGroup};
 
 const MAGIC: &[u8; 8] = b"RNLCKPT1";
@@ -115,8 +118,18 @@ pub(crate) fn checkpoint_and_collect(
             .flat_map(|g| g.live.iter().copied())
             .collect(),
     );
-    log.collect_segments(before, |base, end| live.touches(base, end))
-        .map_err(|e| format!("collecting segments: {e}"))
+    let reclaimed = log
+        .collect_segments(before, |base, end| live.touches(base, end))
+        .map_err(|e| format!("collecting segments: {e}"))?;
+    let moved = copy_forward::copy_forward(groups, &captured, log, before)?;
+    if moved.segments > 0 {
+        tracing::info!(
+            segments = moved.segments,
+            bytes = moved.bytes,
+            "moved the live bytes of sparse segments forward; the next checkpoint deletes them"
+        );
+    }
+    Ok(reclaimed)
 }
 
 /// Log ranges holding live bytes, sorted, with the running maximum of

@@ -17,6 +17,7 @@
 mod checkpoint;
 mod clock;
 pub mod cluster;
+pub(crate) mod copy_forward;
 pub mod history;
 pub mod local;
 pub mod node;

@@ -316,6 +316,10 @@ fn replay(
         .split_first_chunk::<4>()
         .ok_or_else(|| "record shorter than its group prefix".to_string())?;
     let group = u32::from_le_bytes(*group) as usize;
+    // Bytes moved forward: only a later checkpoint points into them.
+    if entry_bytes.first() == Some(&crate::copy_forward::RELOCATED) {
+        return Ok(());
+    }
     let state = states
         .get_mut(group)
         .ok_or_else(|| format!("record names group {group}, which this node does not have"))?;

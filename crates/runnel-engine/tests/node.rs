@@ -218,3 +218,67 @@ async fn checkpoints_reclaim_dead_segments_and_recover_without_them() {
         .expect("a collected log needs its checkpoint");
     assert!(err.to_string().contains("checkpoint"), "{err}");
 }
+
+/// A few live bytes no longer keep a segment of dead ones: a checkpoint
+/// moves them forward, the next one deletes the segment, and recovery
+/// reads the moved bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sparse_segments_are_copied_forward_and_reclaimed() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = EngineConfig::new(dir.path());
+    config.segment_bytes = 4096;
+    config.groups = 2;
+    let junk = vec![b'j'; 900];
+    let mut expected = Vec::new();
+    {
+        let node = Node::open(&config).unwrap();
+        for name in ["keep", "junk", "tail"] {
+            node.propose(create(name)).await.unwrap();
+        }
+        // Every segment gets a little of "keep" and much of "junk".
+        for i in 0..40 {
+            let piece = format!("keep-{i};");
+            node.propose(append("keep", piece.as_bytes()))
+                .await
+                .unwrap();
+            expected.extend_from_slice(piece.as_bytes());
+            for _ in 0..4 {
+                node.propose(append("junk", &junk)).await.unwrap();
+            }
+        }
+        node.propose(Command::Delete {
+            name: "junk".into(),
+        })
+        .await
+        .unwrap();
+        for _ in 0..12 {
+            node.propose(append("tail", &junk)).await.unwrap();
+        }
+        let before = segment_files(dir.path());
+        node.checkpoint().await.unwrap();
+        assert!(
+            segment_files(dir.path()) + 2 >= before,
+            "live bytes in every segment keep them the first time"
+        );
+        assert_eq!(read_all(&node, "keep"), expected, "reads follow the move");
+        // The moved bytes are at the head now; the next checkpoint frees
+        // the old segments.
+        node.propose(append("tail", b"+")).await.unwrap();
+        let reclaimed = node.checkpoint().await.unwrap();
+        let after = segment_files(dir.path());
+        assert!(
+            reclaimed >= 30 * 4096 && after * 3 < before,
+            "{before} segments before, {after} after, {reclaimed} bytes reclaimed"
+        );
+        assert_eq!(read_all(&node, "keep"), expected);
+        node.propose(append("keep", b"last;")).await.unwrap();
+        expected.extend_from_slice(b"last;");
+    }
+    for _ in 0..2 {
+        let node = Node::open(&config).unwrap();
+        assert_eq!(read_all(&node, "keep"), expected);
+        assert!(node.head("junk").is_err());
+        assert_eq!(read_all(&node, "tail").len(), 12 * 900 + 1);
+        node.checkpoint().await.unwrap();
+    }
+}

@@ -389,6 +389,13 @@ impl Log {
             .clone()
     }
 
+    /// `(base, end)` of every segment but the one being written.
+    pub fn sealed_segments(&self) -> Vec<(u64, u64)> {
+        let segments = self.shared.segments.read().expect("segments lock");
+        let bases: Vec<u64> = segments.keys().copied().collect();
+        bases.windows(2).map(|w| (w[0], w[1])).collect()
+    }
+
     /// Number of segment files.
     pub fn segment_count(&self) -> usize {
         self.shared.segments.read().expect("segments lock").len()

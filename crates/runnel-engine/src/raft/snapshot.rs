@@ -179,13 +179,18 @@ impl Relocation {
     /// Where the byte the sender held at `loc` now lies. References always
     /// fall inside a copied range (the ranges are the state's own).
     pub fn map(&self, loc: u64) -> u64 {
+        self.moved_to(loc).unwrap_or_else(|| {
+            debug_assert!(false, "position {loc} is in no copied range");
+            loc
+        })
+    }
+
+    /// Where the byte at `loc` was copied to, if it was.
+    pub fn moved_to(&self, loc: u64) -> Option<u64> {
         let idx = self.moved.partition_point(|(from, _, _)| *from <= loc);
         match idx.checked_sub(1).map(|i| self.moved[i]) {
-            Some((from, len, to)) if loc < from + len.max(1) => to + (loc - from),
-            _ => {
-                debug_assert!(false, "position {loc} is in no copied range");
-                loc
-            }
+            Some((from, len, to)) if loc < from + len.max(1) => Some(to + (loc - from)),
+            _ => None,
         }
     }
 }
