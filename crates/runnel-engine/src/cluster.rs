@@ -225,6 +225,7 @@ impl ClusterNode {
                 durability: Arc::clone(&durability),
                 applied: Arc::new(Mutex::new(applied)),
                 persisted: Arc::new(Mutex::new(persisted)),
+                file_gate: Arc::default(),
                 inline_io: config.manual_commit,
             };
             let store = JournalStore::new(

@@ -41,83 +41,122 @@ pub(crate) struct Moved {
     pub bytes: u64,
 }
 
-/// Copies the live bytes of sparse segments ending at or before `before`
-/// (the lowest checkpoint position) forward, and relocates the groups'
-/// states onto the copies. `captured` is the checkpoint just written: its
-/// live ranges say what is live in each group.
+/// Which live bytes to move: those of the sealed segments ending at or
+/// before `before` (the lowest recovery position) that are less than
+/// [`SPARSE_SHARE`] live. `live[g]` is group `g`'s live ranges.
+pub(crate) struct Plan {
+    pub moved: Moved,
+    /// `(group, loc, len)`, sorted, each once.
+    pub ranges: Vec<(usize, u64, u64)>,
+}
+
+pub(crate) fn plan(sealed: &[(u64, u64)], before: u64, live: &[&[(u64, u64)]]) -> Plan {
+    let segments: Vec<(u64, u64)> = sealed
+        .iter()
+        .copied()
+        .filter(|(_, end)| *end <= before)
+        .collect();
+    // Each live range lies inside one record, so inside one segment.
+    let segment_of = |loc: u64| {
+        let i = segments.partition_point(|(base, _)| *base <= loc);
+        i.checked_sub(1).filter(|&i| loc < segments[i].1)
+    };
+    let mut ranges: Vec<(usize, u64, u64)> = Vec::new();
+    for (g, group_live) in live.iter().enumerate() {
+        for &(loc, len) in group_live.iter() {
+            if segment_of(loc).is_some() {
+                ranges.push((g, loc, len));
+            }
+        }
+    }
+    // Forks share their source's chunks: one copy per range.
+    ranges.sort_unstable();
+    ranges.dedup();
+    let mut live_in = vec![0u64; segments.len()];
+    for (_, loc, len) in &ranges {
+        live_in[segment_of(*loc).expect("kept above")] += len;
+    }
+    let mut sparse = vec![false; segments.len()];
+    let mut moved = Moved::default();
+    for (i, (base, end)) in segments.iter().enumerate() {
+        let live = live_in[i];
+        if live > 0
+            && (live as f64) < SPARSE_SHARE * (end - base) as f64
+            && moved.bytes + live <= MAX_MOVED_PER_ROUND
+        {
+            sparse[i] = true;
+            moved.segments += 1;
+            moved.bytes += live;
+        }
+    }
+    ranges.retain(|(_, loc, _)| segment_of(*loc).is_some_and(|i| sparse[i]));
+    Plan { moved, ranges }
+}
+
+/// Ranges copied: `(from, len, to)` each, and the end of the last record
+/// written (durable once the log's durable position passes it).
+pub(crate) struct Copied {
+    pub moved: Vec<(u64, u64, u64)>,
+    pub end: u64,
+}
+
+/// Copies each `(loc, len)` of `ranges` into a record `[prefix][bytes]`
+/// at the head of the log.
+pub(crate) fn copy_ranges(
+    log: &Log,
+    prefix: &[u8],
+    ranges: impl IntoIterator<Item = (u64, u64)>,
+) -> Result<Copied, String> {
+    let mut moved = Vec::new();
+    let mut record = Vec::new();
+    let mut last_end = 0;
+    for (loc, len) in ranges {
+        record.clear();
+        record.extend_from_slice(prefix);
+        record.resize(prefix.len() + len as usize, 0);
+        log.read_at(loc, &mut record[prefix.len()..])
+            .map_err(|e| format!("reading live bytes to move: {e}"))?;
+        let at = log
+            .append(&record)
+            .map_err(|e| format!("writing moved bytes: {e}"))?;
+        moved.push((loc, len, at.payload_pos + prefix.len() as u64));
+        last_end = at.end;
+    }
+    Ok(Copied {
+        moved,
+        end: last_end,
+    })
+}
+
+/// The local engine's round: moves the planned bytes and relocates the
+/// groups' states onto the copies. `captured` is the checkpoint just
+/// written: its live ranges say what is live in each group.
 pub(crate) fn copy_forward(
     groups: &[Arc<LocalGroup>],
     captured: &[GroupCheckpoint],
     log: &Log,
     before: u64,
 ) -> Result<Moved, String> {
-    let segments: Vec<(u64, u64)> = log
-        .sealed_segments()
-        .into_iter()
-        .filter(|(_, end)| *end <= before)
-        .collect();
-    if segments.is_empty() {
-        return Ok(Moved::default());
+    let live: Vec<&[(u64, u64)]> = captured.iter().map(|c| c.live.as_slice()).collect();
+    let plan = plan(&log.sealed_segments(), before, &live);
+    if plan.moved.segments == 0 {
+        return Ok(plan.moved);
     }
-    // Each live range lies inside one record, so inside one segment.
-    let mut live_in = vec![0u64; segments.len()];
-    let segment_of = |loc: u64| {
-        let i = segments.partition_point(|(base, _)| *base <= loc);
-        i.checked_sub(1).filter(|&i| loc < segments[i].1)
-    };
-    let mut ranges: Vec<(usize, u64, u64)> = Vec::new();
-    for (g, checkpoint) in captured.iter().enumerate() {
-        for &(loc, len) in &checkpoint.live {
-            if let Some(i) = segment_of(loc) {
-                ranges.push((g, loc, len));
-                live_in[i] += len;
-            }
-        }
-    }
-    let mut sparse = vec![false; segments.len()];
-    let mut planned = Moved::default();
-    for (i, (base, end)) in segments.iter().enumerate() {
-        let size = end - base;
-        let live = live_in[i];
-        if live > 0
-            && (live as f64) < SPARSE_SHARE * size as f64
-            && planned.bytes + live <= MAX_MOVED_PER_ROUND
-        {
-            sparse[i] = true;
-            planned.segments += 1;
-            planned.bytes += live;
-        }
-    }
-    if planned.segments == 0 {
-        return Ok(Moved::default());
-    }
-    ranges.retain(|(_, loc, _)| segment_of(*loc).is_some_and(|i| sparse[i]));
-    ranges.sort_unstable();
-    // Forks share their source's chunks: one copy per range.
-    ranges.dedup();
-
-    let mut moved: Vec<Vec<(u64, u64, u64)>> = vec![Vec::new(); groups.len()];
-    let mut record = Vec::new();
     let mut last_end = 0;
-    for (g, loc, len) in ranges {
-        record.clear();
-        record.extend_from_slice(&(g as u32).to_le_bytes());
-        record.push(RELOCATED);
-        let header = record.len();
-        record.resize(header + len as usize, 0);
-        log.read_at(loc, &mut record[header..])
-            .map_err(|e| format!("reading live bytes to move: {e}"))?;
-        let at = log
-            .append(&record)
-            .map_err(|e| format!("writing moved bytes: {e}"))?;
-        moved[g].push((loc, len, at.payload_pos + header as u64));
-        last_end = at.end;
-    }
-    wait_durable(log, last_end)?;
-    for (group, moved) in groups.iter().zip(moved) {
+    for (g, group) in groups.iter().enumerate() {
+        let mut prefix = (g as u32).to_le_bytes().to_vec();
+        prefix.push(RELOCATED);
+        let ranges = plan
+            .ranges
+            .iter()
+            .filter(|(of, _, _)| *of == g)
+            .map(|(_, loc, len)| (*loc, *len));
+        let Copied { moved, end } = copy_ranges(log, &prefix, ranges)?;
         if moved.is_empty() {
             continue;
         }
+        last_end = last_end.max(end);
+        wait_durable(log, last_end)?;
         let relocation = Relocation::new(moved);
         // Chunks only ever gain new positions by this, so the ranges read
         // from the checkpoint are still the state's (or were dropped).
@@ -125,7 +164,7 @@ pub(crate) fn copy_forward(
             state.relocate(|loc| relocation.moved_to(loc).unwrap_or(loc));
         });
     }
-    Ok(planned)
+    Ok(plan.moved)
 }
 
 fn wait_durable(log: &Log, end: u64) -> Result<(), String> {

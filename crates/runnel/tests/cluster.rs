@@ -445,3 +445,85 @@ async fn followers_serve_live_reads_from_their_applied_state() {
     }
     assert!(seen.contains("old0;new0;old1;"), "{seen}");
 }
+
+/// Live bytes scattered over otherwise dead segments are moved forward by
+/// each node's checkpoints, so the segments go; the moved bytes read the
+/// same on every node, also after a whole-cluster restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sparse_segments_are_copied_forward_on_every_node() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = [
+        "--groups",
+        "1",
+        "--segment-bytes",
+        "262144",
+        "--checkpoint-interval-secs",
+        "1",
+    ];
+    let mut cluster = Cluster::start(dir.path(), 3, &args).await;
+    cluster.wait_for_leaders(Duration::from_secs(10)).await;
+    let client = reqwest::Client::new();
+    let (keep, junk) = (cluster.stream_url(0, "keep"), cluster.stream_url(0, "junk"));
+    for url in [&keep, &junk] {
+        let r = client
+            .put(url)
+            .header("content-type", "text/plain")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 201);
+    }
+    // Every segment gets a little of "keep" and much of "junk".
+    let filler = "j".repeat(8 << 10);
+    let mut expected = String::new();
+    for i in 0..120 {
+        let piece = format!("keep-{i};");
+        append(&client, &keep, &piece).await;
+        expected.push_str(&piece);
+        for _ in 0..4 {
+            append(&client, &junk, &filler).await;
+        }
+    }
+    let peak: Vec<u64> = (1..=3)
+        .map(|n| dir_bytes(&dir.path().join(format!("n{n}/log"))))
+        .collect();
+    assert_eq!(client.delete(&junk).send().await.unwrap().status(), 204);
+    // Keep writing a little so the log rolls past the sparse segments.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        append(&client, &keep, "+").await;
+        expected.push('+');
+        let now: Vec<u64> = (1..=3)
+            .map(|n| dir_bytes(&dir.path().join(format!("n{n}/log"))))
+            .collect();
+        if now.iter().zip(&peak).all(|(now, peak)| now * 3 < *peak) {
+            eprintln!("logs: {peak:?} bytes at the peak, {now:?} after copy-forward");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "sparse segments were not reclaimed: {peak:?} at the peak, {now:?} now"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    cluster.wait_for_convergence(Duration::from_secs(10)).await;
+    for node in 0..3 {
+        let body = read_all(&client, &cluster.stream_url(node, "keep")).await;
+        assert_eq!(String::from_utf8(body).unwrap(), expected, "node {node}");
+    }
+    for n in 0..3 {
+        cluster.kill(n);
+    }
+    for n in 0..3 {
+        cluster.restart(n).await;
+    }
+    cluster.wait_for_leaders(Duration::from_secs(30)).await;
+    for node in 0..3 {
+        let body = read_all(&client, &cluster.stream_url(node, "keep")).await;
+        assert_eq!(
+            String::from_utf8(body).unwrap(),
+            expected,
+            "node {node} after restart"
+        );
+    }
+}

@@ -117,16 +117,46 @@ impl Collector {
             before = before
                 .min(persisted.file.header.replay_from)
                 .min(first_entry.unwrap_or(u64::MAX));
-            live.extend(persisted.live);
+            live.push(persisted.live);
         }
         let log = Arc::clone(&self.log);
-        super::blocking(self.inline_io, move || {
-            let live = LiveSet::new(live);
-            log.collect_segments(before, |base, end| live.touches(base, end))
+        let live_set = LiveSet::new(live.iter().flatten().copied().collect());
+        let reclaimed = super::blocking(self.inline_io, move || {
+            log.collect_segments(before, |base, end| live_set.touches(base, end))
         })
         .await
         .map_err(|e| e.to_string())?
-        .map_err(|e| format!("collecting segments: {e}"))
+        .map_err(|e| format!("collecting segments: {e}"))?;
+        self.copy_forward(before, &live).await?;
+        Ok(reclaimed)
+    }
+
+    /// Moves the live bytes of mostly-dead segments forward (see
+    /// [`crate::copy_forward`]); the next checkpoint deletes the segments.
+    async fn copy_forward(&self, before: u64, live: &[Vec<(u64, u64)>]) -> Result<(), String> {
+        let live: Vec<&[(u64, u64)]> = live.iter().map(Vec::as_slice).collect();
+        let plan = crate::copy_forward::plan(&self.log.sealed_segments(), before, &live);
+        if plan.moved.segments == 0 {
+            return Ok(());
+        }
+        let mut bytes = 0;
+        for (g, shared) in self.shares.iter().enumerate() {
+            let ranges: Vec<(u64, u64)> = plan
+                .ranges
+                .iter()
+                .filter(|(of, _, _)| *of == g)
+                .map(|(_, loc, len)| (*loc, *len))
+                .collect();
+            if !ranges.is_empty() {
+                bytes += shared.move_forward(ranges).await?;
+            }
+        }
+        tracing::info!(
+            segments = plan.moved.segments,
+            bytes,
+            "moved the live bytes of sparse segments forward; the next checkpoint deletes them"
+        );
+        Ok(())
     }
 }
 

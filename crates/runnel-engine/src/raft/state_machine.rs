@@ -54,6 +54,10 @@ pub struct GroupShared {
     pub durability: Arc<Durability>,
     pub applied: Arc<Mutex<AppliedPoint>>,
     pub persisted: Arc<Mutex<Option<Persisted>>>,
+    /// Held by whatever rewrites the snapshot file together with the
+    /// state's byte positions (snapshot builds and installs, copy-forward),
+    /// so that the file never saves positions another of them moved.
+    pub file_gate: Arc<tokio::sync::Mutex<()>>,
     /// Simulations: file IO runs inline rather than on the blocking pool
     /// (whose threads would make the schedule nondeterministic).
     pub inline_io: bool,
@@ -100,6 +104,43 @@ impl GroupShared {
         file.header.vote = vote;
         file.header.replay_from = replay_from;
         self.persist(file, persisted.live).await
+    }
+
+    /// Copy-forward (see [`crate::copy_forward`]): copies the given live
+    /// ranges of the group's snapshot file to the head of the log, then
+    /// points both the applied state and the file at the copies. Ranges
+    /// the file no longer holds (a snapshot replaced it since they were
+    /// planned) are left alone.
+    pub async fn move_forward(&self, ranges: Vec<(u64, u64)>) -> Result<u64, String> {
+        let _gate = self.file_gate.lock().await;
+        let Some(persisted) = self.persisted.lock().expect("snapshot lock").clone() else {
+            return Ok(0);
+        };
+        let held: std::collections::HashSet<(u64, u64)> = persisted.live.iter().copied().collect();
+        let ranges: Vec<(u64, u64)> = ranges.into_iter().filter(|r| held.contains(r)).collect();
+        let mut prefix = self.group.to_le_bytes().to_vec();
+        prefix.push(kind::BLOB);
+        let log = &self.view.log;
+        let crate::copy_forward::Copied { moved, end } =
+            crate::copy_forward::copy_ranges(log, &prefix, ranges)?;
+        if moved.is_empty() {
+            return Ok(0);
+        }
+        let bytes = moved.iter().map(|(_, len, _)| len).sum();
+        self.durability.wait(end).await.map_err(|e| e.to_string())?;
+        let relocation = Relocation::new(moved);
+        let to = |loc| relocation.moved_to(loc).unwrap_or(loc);
+        self.view.apply(|state| state.relocate(to));
+        let mut state = snapshot::decode_state(&persisted.file.state)?;
+        state.relocate(to);
+        let file = SnapshotFile {
+            header: persisted.file.header,
+            state: state.encode_checkpoint(),
+        };
+        self.persist(file, state.live_ranges())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(bytes)
     }
 
     /// Writes `file` as the group's snapshot (off the async workers: it
@@ -234,6 +275,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         snapshot: Box<Cursor<Vec<u8>>>,
     ) -> Result<(), StorageError> {
         let shared = &self.shared;
+        let _gate = shared.file_gate.lock().await;
         let bytes = snapshot.into_inner();
         let transfer = snapshot::decode_transfer(&bytes).map_err(snapshot_error)?;
         let mut state = snapshot::decode_state(transfer.state).map_err(snapshot_error)?;
@@ -315,6 +357,7 @@ pub struct SnapshotBuilder {
 impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let shared = &self.shared;
+        let _gate = shared.file_gate.lock().await;
         let (state, live, point) = shared.view.with_state(|state| {
             let point = shared.applied.lock().expect("applied lock").clone();
             (state.encode_checkpoint(), state.live_ranges(), point)

@@ -66,7 +66,7 @@ impl Sim {
     fn config(&self, i: usize) -> ClusterConfig {
         let mut engine = EngineConfig::new(self.dir.path().join(format!("n{}", i + 1)));
         engine.groups = 2;
-        engine.segment_bytes = 1 << 20;
+        engine.segment_bytes = 64 << 10;
         engine.checkpoint_interval = Duration::from_secs(3);
         let peers: BTreeMap<u64, String> = (1..=NODES)
             .map(|id| (id, format!("10.0.0.{id}:4437")))
