@@ -527,3 +527,83 @@ async fn sparse_segments_are_copied_forward_on_every_node() {
         );
     }
 }
+
+/// Application snapshots, bootstrap and trims are replicated: after the
+/// leader that took them is killed, the new leader serves the same
+/// snapshot, bootstrap and 410 below the trim point.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshots_and_trims_survive_a_leader_failover() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3, &["--groups", "1"]).await;
+    let leader = cluster.wait_for_leaders(Duration::from_secs(10)).await[0];
+    let other = (leader + 1) % 3;
+    let client = reqwest::Client::new();
+    let url = cluster.stream_url(other, "doc");
+    let json = |r: reqwest::RequestBuilder| r.header("content-type", "application/json");
+    let r = json(client.put(&url))
+        .body(r#"[{"op":1},{"op":2}]"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let r = json(client.post(&url))
+        .body(r#"{"op":3}"#)
+        .send()
+        .await
+        .unwrap();
+    let at = r.headers()["stream-next-offset"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let r = json(client.post(&url))
+        .body(r#"{"op":4}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+    let r = json(client.put(format!("{url}/$snapshot/{at}")))
+        .body(r#"{"state":"1-3"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let r = client
+        .put(format!("{url}/$retention/{at}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.status().is_success(), "trim: {}", r.status());
+
+    cluster.kill(leader);
+    cluster.wait_for_leaders(Duration::from_secs(10)).await;
+    let url = cluster.stream_url(other, "doc");
+    let r = client.get(format!("{url}/$snapshot")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), r#"{"state":"1-3"}"#);
+    let r = client
+        .get(format!("{url}/$bootstrap"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["stream-snapshot-offset"].to_str().unwrap(), at);
+    let body = r.text().await.unwrap();
+    assert!(
+        body.contains(r#"{"state":"1-3"}"#) && body.contains(r#"{"op":4}"#),
+        "{body}"
+    );
+    assert!(
+        !body.contains(r#"{"op":3}"#),
+        "only what follows the snapshot: {body}"
+    );
+    let zero = "0000000000000000_0000000000000000";
+    let r = client
+        .get(format!("{url}?offset={zero}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 410, "history before the trim is gone");
+    assert_eq!(r.headers()["stream-earliest-offset"].to_str().unwrap(), at);
+    let r = client.get(format!("{url}?offset=-1")).send().await.unwrap();
+    assert_eq!(r.text().await.unwrap(), r#"[{"op":4}]"#);
+}
