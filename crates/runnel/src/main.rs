@@ -72,6 +72,23 @@ fn main() -> ExitCode {
     }
 }
 
+/// Connections the kernel completes before the server accepts them. A
+/// reconnect storm opens thousands at once; with tokio's default (1024)
+/// the excess SYNs are dropped and those clients retry a second later.
+/// The kernel caps it at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 16_384;
+
+fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
+}
+
 fn serve(args: ServeArgs) -> Result<(), String> {
     let settings = args.resolve()?;
     raise_open_file_limit();
@@ -80,8 +97,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(settings.listen)
-            .await
+        let listener = listen(settings.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
         let node: Arc<dyn NodeEngine> = match &settings.cluster {
             None => runnel_engine::Node::open(&settings.engine).map_err(|e| e.to_string())?,
