@@ -117,9 +117,12 @@ for system in $SYSTEMS; do
   for size in $SIZES; do
     data=$(mktemp -d)
     start_system "$system" "$data"
-    "$RUNNEL" bench multi-stream --target "$targets" --api-style "$api" --quiet \
+    if ! "$RUNNEL" bench multi-stream --target "$targets" --api-style "$api" --quiet \
       --streams "$size" --duration-secs "$DURATION" --label "$system" \
-      --json "$OUT/cluster-$system-$size.json"
+      --json "$OUT/cluster-$system-$size.json"; then
+      tail -n 20 "$data"/*.log >&2
+      exit 1
+    fi
     stop_all
     rm -rf "$data"
   done

@@ -26,6 +26,7 @@ pub enum ApiStyle {
 const NAMESPACE: &str = "runnel-bench";
 
 /// A request to make: method, path, headers, body.
+#[derive(Clone)]
 pub struct Call {
     pub method: Method,
     pub path: String,
@@ -135,14 +136,22 @@ impl ApiStyle {
                 body: Bytes::new(),
             },
         };
-        let reply = call.send(conn).await?;
-        if reply.status.is_success() || reply.status == http::StatusCode::CONFLICT {
-            Ok(())
-        } else {
-            Err(BenchError::Setup(format!(
-                "creating stream {name}: {}",
-                reply.status
-            )))
+        // A cluster that just formed may still move a leader: 503 means
+        // "retry shortly", so setup does, for up to 5 s.
+        let mut attempts = 0;
+        loop {
+            let reply = call.clone().send(conn).await?;
+            if reply.status.is_success() || reply.status == http::StatusCode::CONFLICT {
+                return Ok(());
+            }
+            attempts += 1;
+            if reply.status != http::StatusCode::SERVICE_UNAVAILABLE || attempts == 50 {
+                return Err(BenchError::Setup(format!(
+                    "creating stream {name}: {}",
+                    reply.status
+                )));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
     }
 
