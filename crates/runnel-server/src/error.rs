@@ -15,6 +15,8 @@ pub enum ApiError {
     /// Body over the configured limit.
     PayloadTooLarge(u64),
     NotFound,
+    /// A request clients may not make: 403 with the reason.
+    Forbidden(String),
     MethodNotAllowed,
     /// The live-reader limit is reached: 503 with Retry-After.
     TooManyLiveReaders,
@@ -63,6 +65,7 @@ impl IntoResponse for ApiError {
                      bytes before the fork point; at most {limit} can be copied"
                 ),
             ),
+            ApiError::Forbidden(reason) => (StatusCode::FORBIDDEN, reason),
             ApiError::MethodNotAllowed => {
                 headers.insert(
                     http::header::ALLOW,

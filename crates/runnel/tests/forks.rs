@@ -38,6 +38,14 @@ async fn a_fork_across_groups_copies_its_source_and_holds_it_while_it_lives() {
     );
     let text = [("content-type", "text/plain")];
     assert_eq!(put(&client, &src, &text, "hello world").await, 201);
+    // The pin sub-resource is for nodes only.
+    let pin = client
+        .post(format!("{src}/$pin"))
+        .header("runnel-pin-token", "mine")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pin.status(), 403);
 
     // Fork at offset 5 (after "hello"), then both sides go their own way.
     let at_5 = "0000000000000000_0000000000000005";

@@ -153,11 +153,15 @@ async fn dispatch(app: AppState, target: Target, request: Request) -> Result<Res
         Target::Retention(name, offset) if method == Method::PUT => {
             snapshot::trim(app, name, offset).await
         }
-        Target::Pin(name) if method == Method::POST => pin::pin(app, name, request).await,
-        Target::Pin(name) if method == Method::DELETE => pin::unpin(app, name, request).await,
-        Target::Bootstrap(_) | Target::Retention(..) | Target::Pin(_) => {
-            Err(ApiError::MethodNotAllowed)
+        Target::Pin(name) => {
+            pin::check_internal(&request)?;
+            match method {
+                Method::POST => pin::pin(app, name, request).await,
+                Method::DELETE => pin::unpin(app, name, request).await,
+                _ => Err(ApiError::MethodNotAllowed),
+            }
         }
+        Target::Bootstrap(_) | Target::Retention(..) => Err(ApiError::MethodNotAllowed),
     }
 }
 

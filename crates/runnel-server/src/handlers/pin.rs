@@ -96,6 +96,26 @@ fn pin_token(h: &http::HeaderMap) -> Result<String, ApiError> {
         .ok_or_else(|| ApiError::bad("$pin requests need a Runnel-Pin-Token header"))
 }
 
+/// Marks a request this process made itself (see [`internal_request`]).
+#[derive(Clone, Copy)]
+struct Internal;
+
+/// `$pin` is for nodes, not clients: a request made in this process, or
+/// forwarded by a peer (which made it), is let through.
+pub(super) fn check_internal(request: &Request) -> Result<(), ApiError> {
+    let internal = request.extensions().get::<Internal>().is_some()
+        || request
+            .headers()
+            .contains_key(&crate::forward::FORWARDED_BY);
+    if internal {
+        Ok(())
+    } else {
+        Err(ApiError::Forbidden(
+            "$pin is internal: nodes use it to fork a stream into another group".into(),
+        ))
+    }
+}
+
 /// A token no other fork creation uses: this node's label, the time and
 /// a counter.
 pub(super) fn new_token(app: &AppState) -> String {
@@ -193,6 +213,7 @@ pub async fn release_expired_pins(app: AppState) {
 fn internal_request(method: Method, source: &str, token: &str) -> Request {
     let path = format!("{STREAM_PREFIX}{}/$pin", headers::encode_path(source));
     let mut request = Request::new(Body::empty());
+    request.extensions_mut().insert(Internal);
     *request.method_mut() = method;
     *request.uri_mut() = path.parse().expect("encoded paths are valid URIs");
     if let Ok(token) = HeaderValue::from_str(token) {
