@@ -265,18 +265,12 @@ impl StreamsState {
         let (base, content_type, ttl_secs, expires_at_ms) = match (&c.fork, &c.inherit) {
             (Some(_), Some(inherit)) => {
                 let source = &inherit.material;
-                let content_type = match &c.content_type {
-                    Some(ct) if media_type(ct) != media_type(&source.content_type) => {
-                        return Err(CoreError::ContentTypeMismatch)
-                    }
-                    Some(ct) => ct.clone(),
-                    None => source.content_type.clone(),
-                };
-                let (ttl, expires) = if c.ttl_secs.is_none() && c.expires_at_ms.is_none() {
-                    (source.ttl_secs, source.expires_at_ms)
-                } else {
-                    (c.ttl_secs, c.expires_at_ms)
-                };
+                let (content_type, ttl, expires) = fork_config(
+                    c,
+                    &source.content_type,
+                    source.ttl_secs,
+                    source.expires_at_ms,
+                )?;
                 (None, content_type, ttl, expires)
             }
             (Some(fork), None) => {
@@ -288,18 +282,12 @@ impl StreamsState {
                 if source.soft_deleted {
                     return Err(CoreError::ForkSourceGone);
                 }
-                let content_type = match &c.content_type {
-                    Some(ct) if media_type(ct) != source.media_type => {
-                        return Err(CoreError::ContentTypeMismatch)
-                    }
-                    Some(ct) => ct.clone(),
-                    None => source.content_type.clone(),
-                };
-                let (ttl, expires) = if c.ttl_secs.is_none() && c.expires_at_ms.is_none() {
-                    (source.ttl_secs, source.expires_at_ms)
-                } else {
-                    (c.ttl_secs, c.expires_at_ms)
-                };
+                let (content_type, ttl, expires) = fork_config(
+                    c,
+                    &source.content_type,
+                    source.ttl_secs,
+                    source.expires_at_ms,
+                )?;
                 let point = self.resolve_fork_point(source_id, fork)?;
                 (
                     Some(ForkBase {
@@ -632,6 +620,28 @@ impl StreamsState {
             Some(view) => view.start == pos || view.boundaries().contains(&pos),
             None => false,
         }
+    }
+}
+
+/// A fork's content type and expiry: its own if given (the content type
+/// must match the source's), else the source's.
+fn fork_config(
+    c: &CreateStream,
+    source_content_type: &str,
+    source_ttl: Option<u64>,
+    source_expires: Option<i64>,
+) -> Result<(String, Option<u64>, Option<i64>), CoreError> {
+    let content_type = match &c.content_type {
+        Some(ct) if media_type(ct) != media_type(source_content_type) => {
+            return Err(CoreError::ContentTypeMismatch)
+        }
+        Some(ct) => ct.clone(),
+        None => source_content_type.to_string(),
+    };
+    if c.ttl_secs.is_none() && c.expires_at_ms.is_none() {
+        Ok((content_type, source_ttl, source_expires))
+    } else {
+        Ok((content_type, c.ttl_secs, c.expires_at_ms))
     }
 }
 

@@ -501,15 +501,11 @@ impl NodeEngine for ClusterNode {
     }
 
     fn same_group(&self, a: &str, b: &str) -> bool {
-        let groups = self.groups.len();
-        group_index(a, groups) == group_index(b, groups)
+        crate::same_group(a, b, self.groups.len())
     }
 
     fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
-        self.groups
-            .iter()
-            .flat_map(|g| g.view().take_released())
-            .collect()
+        crate::take_released_pins(&self.groups)
     }
 
     fn status(&self) -> serde_json::Value {

@@ -205,6 +205,21 @@ pub(crate) trait MaintainedGroup: GroupEngine {
     fn submit_entry(&self, entry: Entry) -> BoxFuture<'_, Result<Applied, EngineError>>;
 }
 
+/// Whether two names fall in the same of `groups` groups.
+pub(crate) fn same_group(a: &str, b: &str, groups: usize) -> bool {
+    node::group_index(a, groups) == node::group_index(b, groups)
+}
+
+/// Takes the pins that expiries released in any of `groups`.
+pub(crate) fn take_released_pins<G: MaintainedGroup>(
+    groups: &[std::sync::Arc<G>],
+) -> Vec<RemotePin> {
+    groups
+        .iter()
+        .flat_map(|g| g.view().take_released())
+        .collect()
+}
+
 /// Proposes `command`, preceded by the expiry of any stream it names whose
 /// TTL passed. Expiry is decided here, by the proposer, and logged;
 /// applying never consults the sliding TTL (reads renew it unlogged).

@@ -275,16 +275,11 @@ impl NodeEngine for Node {
     }
 
     fn same_group(&self, a: &str, b: &str) -> bool {
-        let groups = self.groups.len();
-        group_index(a, groups) == group_index(b, groups)
+        crate::same_group(a, b, self.groups.len())
     }
 
     fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
-        use crate::MaintainedGroup;
-        self.groups
-            .iter()
-            .flat_map(|g| g.view().take_released())
-            .collect()
+        crate::take_released_pins(&self.groups)
     }
 }
 
