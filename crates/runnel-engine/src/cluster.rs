@@ -31,9 +31,9 @@ use crate::node::{
 use crate::raft::collect::Collector;
 use crate::raft::group::{GroupStatus, RaftGroup};
 use crate::raft::journal::{Durability, GroupLog, JournalStore};
-use crate::raft::snapshot;
 use crate::raft::state_machine::{AppliedPoint, GroupShared, GroupStateMachine, Persisted};
 use crate::raft::transport::{raft_addr, PeerLink, ReadIndex, TcpTransport, Transport};
+use crate::raft::{rebalance, snapshot};
 use crate::raft::{NodeId, Raft};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
@@ -264,12 +264,20 @@ impl ClusterNode {
         let rafts: Arc<Vec<Raft>> = Arc::new(groups.iter().map(|g| g.raft().clone()).collect());
         let mut tasks = transport.serve(rafts).await?;
 
+        let nodes: Vec<NodeId> = members.keys().copied().collect();
         tasks.push(tokio::spawn(form_and_balance(
             groups.clone(),
             config.node_id,
             members,
             Arc::clone(&transport),
             config.election_timeout.1 * 3,
+        )));
+        tasks.push(tokio::spawn(rebalance::rebalance(
+            groups.clone(),
+            config.node_id,
+            nodes,
+            Arc::clone(&transport),
+            config.election_timeout.1 * 6,
         )));
         tasks.push(tokio::spawn(history::upkeep(
             groups.clone(),

@@ -30,6 +30,8 @@ pub struct RaftGroup {
     raft: Raft,
     view: GroupView,
     proposals: mpsc::Sender<Proposal>,
+    /// One permit per batch in flight (see [`propose_batches`]).
+    in_flight: Arc<Semaphore>,
     read_barrier: Arc<ReadBarrier>,
 }
 
@@ -71,8 +73,10 @@ impl RaftGroup {
         max_pending: usize,
     ) -> RaftGroup {
         let (proposals, queue) = mpsc::channel(max_pending.max(1));
-        tokio::spawn(propose_batches(raft.clone(), queue));
+        let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+        tokio::spawn(propose_batches(raft.clone(), queue, Arc::clone(&in_flight)));
         RaftGroup {
+            in_flight,
             index,
             node_id,
             read_barrier: ReadBarrier::new(raft.clone()),
@@ -84,6 +88,15 @@ impl RaftGroup {
 
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// Stops submitting batches until the guard drops, once those in
+    /// flight are answered (proposals queue meanwhile).
+    pub async fn pause_proposals(&self) -> Option<tokio::sync::SemaphorePermit<'_>> {
+        self.in_flight
+            .acquire_many(BATCHES_IN_FLIGHT as u32)
+            .await
+            .ok()
     }
 
     /// On the leader: waits until a read of this node's state is
@@ -145,8 +158,11 @@ impl RaftGroup {
 
 /// The group's proposer: packs queued proposals into batches and submits
 /// them to Raft in arrival order, at most [`BATCHES_IN_FLIGHT`] at once.
-async fn propose_batches(raft: Raft, mut queue: mpsc::Receiver<Proposal>) {
-    let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
+async fn propose_batches(
+    raft: Raft,
+    mut queue: mpsc::Receiver<Proposal>,
+    in_flight: Arc<Semaphore>,
+) {
     while let Some(first) = queue.recv().await {
         let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
             return;

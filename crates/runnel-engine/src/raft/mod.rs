@@ -29,6 +29,7 @@ pub(crate) mod collect;
 pub mod group;
 pub(crate) mod journal;
 pub(crate) mod read_barrier;
+pub(crate) mod rebalance;
 pub mod runtime;
 pub(crate) mod snapshot;
 pub(crate) mod state_machine;

@@ -41,6 +41,9 @@ const KIND_PROBE: u8 = 4;
 /// The leader's read index: the log index a follower must apply before
 /// serving a read (the leader confirms it still leads first).
 const KIND_READ_INDEX: u8 = 5;
+/// A part in a leadership handover (see [`super::rebalance`]); the body is
+/// the role.
+const KIND_HANDOFF: u8 = 6;
 /// Largest frame accepted (a batch of entries of the largest record size).
 const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -149,6 +152,13 @@ impl PeerLink {
             .await
             .ok()?;
         bincode::deserialize(&reply).ok()
+    }
+
+    /// Asks this peer to play `role` in a handover of `group`.
+    pub async fn handoff(&self, group: u32, role: u8) -> Result<(), String> {
+        self.call(KIND_HANDOFF, group, &[role], Duration::from_secs(1))
+            .await
+            .map(drop)
     }
 
     /// The read index of `group` from this peer, its leader.
@@ -266,6 +276,14 @@ pub(crate) trait Transport: Send + Sync + 'static {
         leader: NodeId,
         group: u32,
     ) -> crate::BoxFuture<'_, Result<Option<u64>, String>>;
+
+    /// Asks `node` to play `role` in a handover of `group`.
+    fn handoff(
+        &self,
+        node: NodeId,
+        group: u32,
+        role: u8,
+    ) -> crate::BoxFuture<'_, Result<(), String>>;
 }
 
 /// Asks a group's leader for its read index: once this node has applied
@@ -342,6 +360,21 @@ impl Transport for TcpTransport {
                 .get(&leader)
                 .ok_or_else(|| format!("node {leader} is not among the peers"))?;
             link.read_index(group).await
+        })
+    }
+
+    fn handoff(
+        &self,
+        node: NodeId,
+        group: u32,
+        role: u8,
+    ) -> crate::BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            let link = self
+                .links
+                .get(&node)
+                .ok_or_else(|| format!("node {node} is not among the peers"))?;
+            link.handoff(group, role).await
         })
     }
 
@@ -514,6 +547,11 @@ async fn answer(groups: &[Raft], kind: u8, group: u32, body: &[u8]) -> Result<Ve
         }
         KIND_PROBE => bincode::serialize(&raft.is_initialized().await.unwrap_or(false)),
         KIND_READ_INDEX => bincode::serialize(&leader_read_index(raft).await?),
+        KIND_HANDOFF => {
+            let role = *body.first().ok_or("a handover request without a role")?;
+            super::rebalance::on_handoff(raft, role);
+            bincode::serialize(&())
+        }
         other => return Err(format!("unknown raft request kind {other}")),
     };
     encoded.map_err(|e| format!("encoding the raft response: {e}"))

@@ -167,6 +167,20 @@ impl Transport for SimTransport {
         })
     }
 
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>> {
+        Box::pin(async move {
+            if self.net.leg(self.me, node).is_none() {
+                return Err(format!("node {node} is unreachable"));
+            }
+            let raft = self
+                .net
+                .raft(node, group)
+                .ok_or_else(|| format!("node {node} is down"))?;
+            crate::raft::rebalance::on_handoff(&raft, role);
+            Ok(())
+        })
+    }
+
     fn peer_has_group(&self, group: u32) -> BoxFuture<'_, bool> {
         Box::pin(async move {
             let peers: Vec<NodeId> = self.net.lock().nodes.keys().copied().collect();
