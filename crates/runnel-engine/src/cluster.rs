@@ -32,7 +32,8 @@ use crate::raft::collect::Collector;
 use crate::raft::group::{GroupStatus, RaftGroup};
 use crate::raft::journal::{Durability, GroupLog, JournalStore};
 use crate::raft::state_machine::{AppliedPoint, GroupShared, GroupStateMachine, Persisted};
-use crate::raft::transport::{raft_addr, PeerLink, ReadIndex, TcpTransport, Transport};
+use crate::raft::transport::{raft_addr, PeerLink, ReadIndex, Served, TcpTransport, Transport};
+use crate::raft::vote_guard::VoteGuard;
 use crate::raft::{rebalance, snapshot};
 use crate::raft::{NodeId, Raft};
 use crate::view::GroupView;
@@ -261,8 +262,11 @@ impl ClusterNode {
             shares.push(shared);
         }
 
-        let rafts: Arc<Vec<Raft>> = Arc::new(groups.iter().map(|g| g.raft().clone()).collect());
-        let mut tasks = transport.serve(rafts).await?;
+        let served = Arc::new(Served {
+            rafts: groups.iter().map(|g| g.raft().clone()).collect(),
+            votes: VoteGuard::new(groups.len()),
+        });
+        let mut tasks = transport.serve(Arc::clone(&served)).await?;
 
         let nodes: Vec<NodeId> = members.keys().copied().collect();
         tasks.push(tokio::spawn(form_and_balance(
@@ -270,6 +274,7 @@ impl ClusterNode {
             config.node_id,
             members,
             Arc::clone(&transport),
+            served,
             config.election_timeout.1 * 3,
         )));
         tasks.push(tokio::spawn(rebalance::rebalance(
@@ -385,24 +390,38 @@ impl ClusterNode {
 /// when the cluster first forms is initialized by the others once they
 /// stop waiting (initializing with the same membership on several nodes
 /// is safe). A group that any peer already has is never initialized
-/// here: a node that lost its disk rejoins and is sent a snapshot.
+/// here: a node that lost its disk rejoins and is sent a snapshot, and
+/// votes in that group only once it has heard from its leader (see
+/// [`VoteGuard`]).
 async fn form_and_balance(
     groups: Vec<Arc<RaftGroup>>,
     me: NodeId,
     members: BTreeMap<NodeId, BasicNode>,
     transport: Arc<impl Transport>,
+    served: Arc<Served>,
     hold_back: Duration,
 ) {
     let nodes: Vec<NodeId> = members.keys().copied().collect();
     let Some(rank) = nodes.iter().position(|n| *n == me) else {
         return;
     };
+    for group in &groups {
+        let have = group.raft().is_initialized().await.unwrap_or(false);
+        if have || !transport.probe_peers(group.index()).await.led {
+            served.votes.release(group.index());
+        } else {
+            tracing::info!(
+                group = group.index(),
+                "rejoining without this group's state: no vote until its leader is heard"
+            );
+        }
+    }
     let preferred = |g: &RaftGroup| g.index() as usize % nodes.len() == rank;
     let form = |group: Arc<RaftGroup>| {
         let (members, transport) = (members.clone(), Arc::clone(&transport));
         async move {
             if group.raft().is_initialized().await.unwrap_or(true)
-                || transport.peer_has_group(group.index()).await
+                || transport.probe_peers(group.index()).await.initialized
             {
                 return;
             }

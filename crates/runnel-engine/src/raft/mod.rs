@@ -34,6 +34,7 @@ pub mod runtime;
 pub(crate) mod snapshot;
 pub(crate) mod state_machine;
 pub mod transport;
+pub(crate) mod vote_guard;
 
 #[cfg(test)]
 mod sim;

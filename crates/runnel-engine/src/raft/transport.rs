@@ -30,13 +30,14 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
+use super::vote_guard::{VoteGuard, REFUSAL};
 use super::{NodeId, Raft, TypeConfig};
 
 const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
 const KIND_SNAPSHOT: u8 = 3;
-/// Whether the receiver's copy of a group is initialized (a node that
-/// lost its disk must rejoin its groups, not found them anew).
+/// How the receiver's copy of a group stands ([`PeerGroup`]): a node that
+/// lost its disk must rejoin its groups, not found them anew.
 const KIND_PROBE: u8 = 4;
 /// The leader's read index: the log index a follower must apply before
 /// serving a read (the leader confirms it still leads first).
@@ -64,6 +65,38 @@ pub fn raft_addr(http_addr: &str) -> Result<String, String> {
 }
 
 type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, String>>>>;
+
+/// What a node answers peers with: its groups, and whether it may vote in
+/// each (see [`VoteGuard`]).
+pub(crate) struct Served {
+    pub rafts: Vec<Raft>,
+    pub votes: VoteGuard,
+}
+
+/// A peer's copy of a group, as a starting node asks about it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PeerGroup {
+    pub initialized: bool,
+    /// It knows a leader: the group is running, not being formed.
+    pub led: bool,
+}
+
+impl PeerGroup {
+    pub(crate) async fn of(raft: &Raft) -> PeerGroup {
+        PeerGroup {
+            initialized: raft.is_initialized().await.unwrap_or(false),
+            led: raft.metrics().borrow().current_leader.is_some(),
+        }
+    }
+
+    /// What any of the answers says.
+    pub(crate) fn any(self, other: PeerGroup) -> PeerGroup {
+        PeerGroup {
+            initialized: self.initialized || other.initialized,
+            led: self.led || other.led,
+        }
+    }
+}
 
 /// One open connection to a peer.
 struct Connection {
@@ -144,9 +177,8 @@ impl PeerLink {
         }
     }
 
-    /// Whether this peer's copy of `group` is initialized (`None`: no
-    /// answer).
-    pub async fn group_initialized(&self, group: u32) -> Option<bool> {
+    /// How this peer's copy of `group` stands (`None`: no answer).
+    pub async fn probe(&self, group: u32) -> Option<PeerGroup> {
         let reply = self
             .call(KIND_PROBE, group, &[], Duration::from_secs(1))
             .await
@@ -264,11 +296,11 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// doing it.
     fn serve(
         &self,
-        groups: Arc<Vec<Raft>>,
+        served: Arc<Served>,
     ) -> crate::BoxFuture<'_, Result<Vec<tokio::task::JoinHandle<()>>, crate::node::OpenError>>;
 
-    /// Whether any peer has `group` initialized.
-    fn peer_has_group(&self, group: u32) -> crate::BoxFuture<'_, bool>;
+    /// How the peers' copies of `group` stand, together.
+    fn probe_peers(&self, group: u32) -> crate::BoxFuture<'_, PeerGroup>;
 
     /// The read index of `group` from `leader` (see [`ReadIndex`]).
     fn read_index(
@@ -335,7 +367,7 @@ impl Transport for TcpTransport {
 
     fn serve(
         &self,
-        groups: Arc<Vec<Raft>>,
+        served: Arc<Served>,
     ) -> crate::BoxFuture<'_, Result<Vec<tokio::task::JoinHandle<()>>, crate::node::OpenError>>
     {
         Box::pin(async move {
@@ -345,7 +377,7 @@ impl Transport for TcpTransport {
                     source,
                 }
             })?;
-            Ok(vec![tokio::spawn(serve(listener, groups))])
+            Ok(vec![tokio::spawn(serve(listener, served))])
         })
     }
 
@@ -378,14 +410,13 @@ impl Transport for TcpTransport {
         })
     }
 
-    fn peer_has_group(&self, group: u32) -> crate::BoxFuture<'_, bool> {
+    fn probe_peers(&self, group: u32) -> crate::BoxFuture<'_, PeerGroup> {
         Box::pin(async move {
+            let mut all = PeerGroup::default();
             for link in self.links.values() {
-                if link.group_initialized(group).await == Some(true) {
-                    return true;
-                }
+                all = all.any(link.probe(group).await.unwrap_or_default());
             }
-            false
+            all
         })
     }
 }
@@ -481,7 +512,7 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
 }
 
 /// Answers the Raft RPCs of every group arriving on `listener`.
-pub async fn serve(listener: TcpListener, groups: Arc<Vec<Raft>>) {
+pub(crate) async fn serve(listener: TcpListener, served: Arc<Served>) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -492,11 +523,11 @@ pub async fn serve(listener: TcpListener, groups: Arc<Vec<Raft>>) {
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(stream, Arc::clone(&groups)));
+        tokio::spawn(serve_connection(stream, Arc::clone(&served)));
     }
 }
 
-async fn serve_connection(stream: TcpStream, groups: Arc<Vec<Raft>>) {
+async fn serve_connection(stream: TcpStream, served: Arc<Served>) {
     let (mut reader, writer) = stream.into_split();
     let (responses, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::spawn(write_frames(writer, outgoing));
@@ -508,9 +539,9 @@ async fn serve_connection(stream: TcpStream, groups: Arc<Vec<Raft>>) {
         let id = u64::from_le_bytes(frame[..8].try_into().expect("8 bytes"));
         let kind = frame[8];
         let group = u32::from_le_bytes(frame[9..13].try_into().expect("4 bytes"));
-        let (groups, responses) = (Arc::clone(&groups), responses.clone());
+        let (served, responses) = (Arc::clone(&served), responses.clone());
         tokio::spawn(async move {
-            let answer = answer(&groups, kind, group, &frame[13..]).await;
+            let answer = answer(&served, kind, group, &frame[13..]).await;
             let (ok, body) = match answer {
                 Ok(body) => (1u8, body),
                 Err(reason) => (0u8, reason.into_bytes()),
@@ -525,8 +556,9 @@ async fn serve_connection(stream: TcpStream, groups: Arc<Vec<Raft>>) {
     }
 }
 
-async fn answer(groups: &[Raft], kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, String> {
-    let raft = groups
+async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, String> {
+    let raft = served
+        .rafts
         .get(group as usize)
         .ok_or_else(|| format!("this node has no group {group}"))?;
     let bad = |e: bincode::Error| format!("undecodable raft request: {e}");
@@ -537,6 +569,9 @@ async fn answer(groups: &[Raft], kind: u8, group: u32, body: &[u8]) -> Result<Ve
             bincode::serialize(&raft.append_entries(request).await)
         }
         KIND_VOTE => {
+            if served.votes.refuses(group, raft) {
+                return Err(REFUSAL.into());
+            }
             let request: VoteRequest<NodeId> = bincode::deserialize(body).map_err(bad)?;
             bincode::serialize(&raft.vote(request).await)
         }
@@ -545,7 +580,7 @@ async fn answer(groups: &[Raft], kind: u8, group: u32, body: &[u8]) -> Result<Ve
                 bincode::deserialize(body).map_err(bad)?;
             bincode::serialize(&raft.install_snapshot(request).await)
         }
-        KIND_PROBE => bincode::serialize(&raft.is_initialized().await.unwrap_or(false)),
+        KIND_PROBE => bincode::serialize(&PeerGroup::of(raft).await),
         KIND_READ_INDEX => bincode::serialize(&leader_read_index(raft).await?),
         KIND_HANDOFF => {
             let role = *body.first().ok_or("a handover request without a role")?;

@@ -18,7 +18,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use crate::node::OpenError;
-use crate::raft::transport::Transport;
+use crate::raft::transport::{PeerGroup, Served, Transport};
 use crate::raft::{NodeId, Raft, TypeConfig};
 use crate::BoxFuture;
 
@@ -29,7 +29,7 @@ pub struct SimNet {
 struct NetState {
     rng: StdRng,
     /// The groups of every running node.
-    nodes: BTreeMap<NodeId, Arc<Vec<Raft>>>,
+    nodes: BTreeMap<NodeId, Arc<Served>>,
     /// Nodes cut off from all others.
     isolated: BTreeSet<NodeId>,
     drop_per_mille: u32,
@@ -90,7 +90,23 @@ impl SimNet {
     }
 
     fn raft(&self, node: NodeId, group: u32) -> Option<Raft> {
-        self.lock().nodes.get(&node)?.get(group as usize).cloned()
+        self.lock()
+            .nodes
+            .get(&node)?
+            .rafts
+            .get(group as usize)
+            .cloned()
+    }
+
+    /// Whether `node` would refuse a vote in `group` now (see
+    /// [`crate::raft::vote_guard`]).
+    fn refuses_vote(&self, node: NodeId, group: u32) -> bool {
+        let served = self.lock().nodes.get(&node).cloned();
+        served.is_some_and(|s| {
+            s.rafts
+                .get(group as usize)
+                .is_some_and(|raft| s.votes.refuses(group, raft))
+        })
     }
 
     /// A request and its answer across the network, within `ttl`.
@@ -148,9 +164,9 @@ impl Transport for SimTransport {
 
     fn serve(
         &self,
-        groups: Arc<Vec<Raft>>,
+        served: Arc<Served>,
     ) -> BoxFuture<'_, Result<Vec<tokio::task::JoinHandle<()>>, OpenError>> {
-        self.net.lock().nodes.insert(self.me, groups);
+        self.net.lock().nodes.insert(self.me, served);
         Box::pin(async { Ok(Vec::new()) })
     }
 
@@ -181,20 +197,19 @@ impl Transport for SimTransport {
         })
     }
 
-    fn peer_has_group(&self, group: u32) -> BoxFuture<'_, bool> {
+    fn probe_peers(&self, group: u32) -> BoxFuture<'_, PeerGroup> {
         Box::pin(async move {
             let peers: Vec<NodeId> = self.net.lock().nodes.keys().copied().collect();
+            let mut all = PeerGroup::default();
             for peer in peers.into_iter().filter(|p| *p != self.me) {
                 if self.net.leg(self.me, peer).is_none() {
                     continue;
                 }
                 if let Some(raft) = self.net.raft(peer, group) {
-                    if raft.is_initialized().await.unwrap_or(false) {
-                        return true;
-                    }
+                    all = all.any(PeerGroup::of(&raft).await);
                 }
             }
-            false
+            all
         })
     }
 }
@@ -265,6 +280,13 @@ impl RaftNetwork<TypeConfig> for SimNetwork {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>> {
+        // The receiver's guard, as its transport would apply it.
+        if self.net.refuses_vote(self.target, self.group) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            return Err(RPCError::Unreachable(Unreachable::new(
+                &std::io::Error::other(crate::raft::vote_guard::REFUSAL),
+            )));
+        }
         self.net
             .exchange(
                 self.me,
