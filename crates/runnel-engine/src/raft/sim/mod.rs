@@ -17,9 +17,11 @@
 //! - each producer's sequence appears once, in order (no duplicate from a
 //!   retry, no gap), so offsets only grow;
 //! - while the faults run, readers read each stream through the node that
-//!   believes it leads, as forwarded reads are served: every read holds
+//!   believes it leads, as forwarded reads are served, or through a
+//!   follower after its read index, as live reads are: every read holds
 //!   what was acknowledged before it began and no less than the previous
-//!   read (a leader cut off from the others must not serve stale state).
+//!   read (a leader cut off from the others, or a lagging follower, must
+//!   not serve stale state).
 //!
 //! `cargo test -p runnel-engine sim_` runs the fixed seed corpus;
 //! `RUNNEL_SIM_SEEDS=500 cargo test --release -p runnel-engine sim_corpus`
@@ -254,17 +256,31 @@ async fn reader(
         }
         let acked_before = acked_end.load(Ordering::Relaxed);
         let asked = &alive[rng.gen_range(0..alive.len())];
+        // Half the reads a follower serves itself, as it does live reads
+        // (after catching up with its leader's read index); the others
+        // go to the leader.
+        let follower_read = rng.gen_bool(0.5);
         let target = match asked.route(&name) {
             Route::Local => Arc::clone(asked),
+            Route::Forward { .. } if follower_read => {
+                let prepared =
+                    tokio::time::timeout(Duration::from_secs(3), asked.prepare_live_read(&name));
+                if !matches!(prepared.await, Ok(true)) {
+                    continue;
+                }
+                Arc::clone(asked)
+            }
             Route::Forward { node, .. } => match alive.iter().find(|n| n.node_id() == node) {
                 Some(n) => Arc::clone(n),
                 None => continue,
             },
             Route::NoLeader => continue,
         };
-        let barrier = tokio::time::timeout(Duration::from_secs(3), target.read_barrier(&name));
-        if !matches!(barrier.await, Ok(Ok(()))) {
-            continue;
+        if target.route(&name) == Route::Local {
+            let barrier = tokio::time::timeout(Duration::from_secs(3), target.read_barrier(&name));
+            if !matches!(barrier.await, Ok(Ok(()))) {
+                continue;
+            }
         }
         let Ok(read) = target
             .engine_for(&name)
