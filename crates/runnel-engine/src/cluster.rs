@@ -500,7 +500,13 @@ impl NodeEngine for ClusterNode {
             let Some(leader) = group.leader() else {
                 return false;
             };
-            if leader != self.node_id {
+            if leader == self.node_id {
+                // Leadership moved here since the caller routed: read as
+                // the leader does.
+                if group.read_barrier().await.is_err() {
+                    return false;
+                }
+            } else {
                 let index = match self.reads.read_index(leader, group.index()).await {
                     Ok(index) => index,
                     Err(reason) => {

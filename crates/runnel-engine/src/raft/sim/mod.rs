@@ -256,27 +256,29 @@ async fn reader(
         }
         let acked_before = acked_end.load(Ordering::Relaxed);
         let asked = &alive[rng.gen_range(0..alive.len())];
-        // Half the reads a follower serves itself, as it does live reads
-        // (after catching up with its leader's read index); the others
-        // go to the leader.
-        let follower_read = rng.gen_bool(0.5);
-        let target = match asked.route(&name) {
-            Route::Local => Arc::clone(asked),
-            Route::Forward { .. } if follower_read => {
+        // As the server serves them: at the leader after its read barrier
+        // (forwarded there if need be), or, for half the reads, by a
+        // follower itself after catching up with its leader's read index
+        // (as live reads are).
+        let (target, via_leader) = match asked.route(&name) {
+            Route::Local => (Arc::clone(asked), true),
+            Route::Forward { .. } if rng.gen_bool(0.5) => {
                 let prepared =
                     tokio::time::timeout(Duration::from_secs(3), asked.prepare_live_read(&name));
                 if !matches!(prepared.await, Ok(true)) {
                     continue;
                 }
-                Arc::clone(asked)
+                (Arc::clone(asked), false)
             }
             Route::Forward { node, .. } => match alive.iter().find(|n| n.node_id() == node) {
-                Some(n) => Arc::clone(n),
-                None => continue,
+                // A forwarded read reaching a node that no longer leads
+                // gets 503.
+                Some(n) if n.route(&name) == Route::Local => (Arc::clone(n), true),
+                _ => continue,
             },
             Route::NoLeader => continue,
         };
-        if target.route(&name) == Route::Local {
+        if via_leader {
             let barrier = tokio::time::timeout(Duration::from_secs(3), target.read_barrier(&name));
             if !matches!(barrier.await, Ok(Ok(()))) {
                 continue;
@@ -291,9 +293,10 @@ async fn reader(
         let len = read.body.len() as u64;
         assert!(
             len >= acked_before && len >= last_len,
-            "seed {seed}: a read of {name} through node {} saw {len} bytes, after {acked_before} \
-             were acknowledged and a previous read saw {last_len}",
-            target.node_id()
+            "seed {seed}: a read of {name} through node {} (as {}) saw {len} bytes, after \
+             {acked_before} were acknowledged and a previous read saw {last_len}",
+            target.node_id(),
+            if via_leader { "leader" } else { "follower" }
         );
         last_len = len;
         served += 1;
