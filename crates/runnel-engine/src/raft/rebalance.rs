@@ -143,7 +143,12 @@ pub(crate) fn on_handoff(raft: &Raft, role: u8) {
             let lease = Duration::from_millis(raft.config().election_timeout_max);
             tokio::spawn(async move {
                 tokio::time::sleep(lease + LEASE_MARGIN).await;
-                let _ = raft.trigger().elect().await;
+                // Already elected (a repeated request, or the old leader
+                // lost the group anyway): a new election would only churn.
+                let metrics = raft.metrics().borrow().clone();
+                if metrics.current_leader != Some(metrics.id) {
+                    let _ = raft.trigger().elect().await;
+                }
             });
         }
         HOLD => {
