@@ -151,6 +151,18 @@ pub struct SimTransport {
     pub me: NodeId,
 }
 
+impl SimTransport {
+    /// `node`'s copy of `group`, if the network lets this node reach it.
+    fn reach(&self, node: NodeId, group: u32) -> Result<Raft, String> {
+        if self.net.leg(self.me, node).is_none() {
+            return Err(format!("node {node} is unreachable"));
+        }
+        self.net
+            .raft(node, group)
+            .ok_or_else(|| format!("node {node} is down"))
+    }
+}
+
 impl Transport for SimTransport {
     type Network = SimNetworkFactory;
 
@@ -172,26 +184,14 @@ impl Transport for SimTransport {
 
     fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>> {
         Box::pin(async move {
-            if self.net.leg(self.me, leader).is_none() {
-                return Err(format!("node {leader} is unreachable"));
-            }
-            let raft = self
-                .net
-                .raft(leader, group)
-                .ok_or_else(|| format!("node {leader} is down"))?;
+            let raft = self.reach(leader, group)?;
             crate::raft::transport::leader_read_index(&raft).await
         })
     }
 
     fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
-            if self.net.leg(self.me, node).is_none() {
-                return Err(format!("node {node} is unreachable"));
-            }
-            let raft = self
-                .net
-                .raft(node, group)
-                .ok_or_else(|| format!("node {node} is down"))?;
+            let raft = self.reach(node, group)?;
             crate::raft::rebalance::on_handoff(&raft, role);
             Ok(())
         })
