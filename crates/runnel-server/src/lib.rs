@@ -6,6 +6,7 @@
 //! headers every response carries ([`middleware`]). It holds no stream
 //! state of its own.
 
+pub mod connection;
 pub mod cursor;
 pub mod error;
 pub mod forward;
@@ -13,6 +14,7 @@ pub mod handlers;
 pub mod headers;
 pub mod listener;
 pub mod middleware;
+pub mod sse_connection;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,9 +105,10 @@ pub fn router(node: Arc<dyn NodeEngine>, config: ServerConfig) -> Router {
 /// Serves `app` on `listener` with `config`'s connection limits until
 /// `shutdown` resolves, then lets open requests finish (at most 10 s).
 ///
-/// The accept loop is hyper-util's rather than `axum::serve` so that the
-/// per-connection buffers can be bounded: an idle keep-alive or SSE
-/// connection holds its read and write buffers for its whole life.
+/// The accept loop is Runnel's own rather than `axum::serve`: a connection
+/// whose first request is an SSE read is served without hyper
+/// ([`connection`]), and hyper's per-connection buffers are kept at their
+/// smallest for the rest.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: &ServerConfig,
@@ -113,10 +116,12 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::Listener;
+    use connection::FirstRequest;
     use hyper::server::conn::http1::Builder;
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
 
+    const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
     let mut listener = listener::LimitedListener::new(
         listener,
         config.max_connections,
@@ -129,24 +134,50 @@ pub async fn serve(
     builder
         .max_buf_size(8192)
         .timer(TokioTimer::new())
-        .header_read_timeout(std::time::Duration::from_secs(30));
+        .header_read_timeout(HEADER_READ_TIMEOUT);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // SSE connections served outside hyper end when this turns true; each
+    // holds a receiver, so the sender sees when the last one is gone.
+    let (stop_sse, sse_stopped) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (io, _peer) = tokio::select! {
+        let (mut io, _peer) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = &mut shutdown => break,
         };
-        let service = TowerToHyperService::new(app.clone());
-        let connection = builder.serve_connection(TokioIo::new(io), service);
-        let connection = graceful.watch(connection);
+        let (app, builder, watcher, stop) = (
+            app.clone(),
+            builder.clone(),
+            graceful.watcher(),
+            sse_stopped.clone(),
+        );
         tokio::spawn(async move {
-            if let Err(e) = connection.await {
-                tracing::debug!(error = %e, "connection ended with an error");
+            match connection::read_first_request(&mut io, HEADER_READ_TIMEOUT).await {
+                FirstRequest::Sse(request) => {
+                    if let Err(e) = sse_connection::serve(io, app, *request, stop).await {
+                        tracing::debug!(error = %e, "SSE connection ended with an error");
+                    }
+                }
+                FirstRequest::Other(prefix) => {
+                    drop(stop);
+                    let io = TokioIo::new(connection::Rewind::new(prefix, io));
+                    let service = TowerToHyperService::new(app);
+                    let served = watcher.watch(builder.serve_connection(io, service));
+                    if let Err(e) = served.await {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                    }
+                }
+                FirstRequest::Gone => {}
             }
         });
     }
-    if tokio::time::timeout(std::time::Duration::from_secs(10), graceful.shutdown())
+    drop(sse_stopped);
+    let _ = stop_sse.send(true);
+    let drained = async {
+        graceful.shutdown().await;
+        stop_sse.closed().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(10), drained)
         .await
         .is_err()
     {

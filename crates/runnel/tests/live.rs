@@ -202,6 +202,60 @@ async fn connection_churn_leaves_no_memory_behind() {
     );
 }
 
+/// The budget is 16 KiB of server memory per idle SSE reader
+/// (measured at 10,000 by `bench/idle-sse-memory.py`); 2,000 here.
+#[tokio::test]
+async fn idle_sse_readers_cost_under_16_kib_each() {
+    raise_open_file_limit();
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]).await;
+    let client = reqwest::Client::new();
+    let url = server.stream_url("idle");
+    create(&client, &url, "").await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let open = |n: usize| {
+        let addr = addr.clone();
+        async move {
+            let request =
+                format!("GET /v1/stream/idle?offset=now&live=sse HTTP/1.1\r\nhost: {addr}\r\n\r\n");
+            let mut held = Vec::with_capacity(n);
+            for _ in 0..n {
+                let mut reader = tokio::net::TcpStream::connect(&addr).await.unwrap();
+                reader.write_all(request.as_bytes()).await.unwrap();
+                let mut status = [0u8; 12];
+                tokio::io::AsyncReadExt::read_exact(&mut reader, &mut status)
+                    .await
+                    .unwrap();
+                assert_eq!(&status, b"HTTP/1.1 200");
+                held.push(reader);
+            }
+            held
+        }
+    };
+    let _warm = open(200).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = server.rss_bytes();
+    let _idle = open(2_000).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let per_reader = server.rss_bytes().saturating_sub(before) / 2_000;
+    eprintln!("{per_reader} bytes of RSS per idle SSE reader");
+    assert!(
+        per_reader < 16 << 10,
+        "{per_reader} bytes per idle SSE reader"
+    );
+}
+
+fn raise_open_file_limit() {
+    // SAFETY: plain getrlimit/setrlimit on a struct we own.
+    unsafe {
+        let mut limit = std::mem::zeroed::<libc::rlimit>();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur = limit.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_long_poll_sees_the_stream_close_while_it_waits() {
     let dir = tempfile::tempdir().unwrap();
