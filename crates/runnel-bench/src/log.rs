@@ -2,10 +2,13 @@
 //! threads append fixed-size records and wait for each acknowledgement;
 //! reported per engine: appends/s, MB/s and ack latency.
 //!
-//! Engines: `runnel` (runnel-log with group commit, or `runnel-nosync`),
-//! and behind the `walrus` cargo feature `walrus-sync-each`,
-//! `walrus-200ms` and `walrus-nofsync` (walrus-rust 0.2.0's fsync
-//! schedules). Each engine writes into its own fresh directory.
+//! Engines: `runnel` (runnel-log with group commit, or `runnel-nosync`);
+//! `runnel-tasks`, the same log with the writers as tokio tasks awaiting
+//! the durable position as the server's do, instead of threads; behind
+//! the `walrus` cargo feature `walrus-sync-each`, `walrus-200ms` and
+//! `walrus-nofsync` (walrus-rust 0.2.0's fsync schedules); behind the
+//! `rocksdb` feature `rocksdb-wal` (RocksDB puts with synced WAL writes).
+//! Each engine writes into its own fresh directory.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -81,14 +84,14 @@ pub fn run(args: Args) -> Result<(), BenchError> {
                 let dir = args.dir.join(format!("{engine_name}-{w}-{size}"));
                 let _ = std::fs::remove_dir_all(&dir);
                 std::fs::create_dir_all(&dir)?;
-                let engine = open_engine(engine_name, &dir)?;
-                let r = measure(
-                    engine_name,
-                    engine.as_ref(),
-                    w,
-                    size,
-                    Duration::from_secs_f64(args.duration_secs),
-                );
+                let duration = Duration::from_secs_f64(args.duration_secs);
+                let (r, engine) = if engine_name == "runnel-tasks" {
+                    (measure_tasks(&dir, w, size, duration)?, None)
+                } else {
+                    let engine = open_engine(engine_name, &dir)?;
+                    let r = measure(engine_name, engine.as_ref(), w, size, duration);
+                    (r, Some(engine))
+                };
                 println!(
                     "| {} | {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} |",
                     r.engine,
@@ -114,6 +117,66 @@ pub fn run(args: Args) -> Result<(), BenchError> {
         std::fs::write(path, lines.join("\n") + "\n")?;
     }
     Ok(())
+}
+
+/// `runnel-tasks`: `writers` tokio tasks on one worker thread per core,
+/// each appending and then awaiting a watch of the durable position (the
+/// server's engine waits the same way).
+fn measure_tasks(
+    dir: &Path,
+    writers: usize,
+    size: usize,
+    duration: Duration,
+) -> Result<LogResult, BenchError> {
+    let (durable_tx, durable_rx) = tokio::sync::watch::channel(0u64);
+    let listener = Box::new(move |status: Result<u64, runnel_log::LogError>| {
+        if let Ok(position) = status {
+            durable_tx.send_replace(position);
+        }
+    });
+    let options = LogOptions {
+        sync: SyncMode::Batch,
+        manual_commit: false,
+        ..LogOptions::default()
+    };
+    let log = Arc::new(
+        Log::open(dir, options, listener, |_| Ok(()))
+            .map_err(|e| BenchError::Setup(e.to_string()))?,
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    let record = Arc::new(vec![0x5au8; size]);
+    let start = Instant::now();
+    let deadline = start + duration;
+    let latencies: Vec<(Latency, u64)> = runtime.block_on(async {
+        let tasks: Vec<_> = (0..writers)
+            .map(|_| {
+                let (log, record, mut durable) =
+                    (Arc::clone(&log), Arc::clone(&record), durable_rx.clone());
+                tokio::spawn(async move {
+                    let mut latency = Latency::default();
+                    let mut count = 0u64;
+                    while Instant::now() < deadline {
+                        let t = Instant::now();
+                        let Ok(at) = log.append(&record) else { break };
+                        if durable.wait_for(|d| *d >= at.end).await.is_err() {
+                            break;
+                        }
+                        latency.record(t.elapsed());
+                        count += 1;
+                    }
+                    (latency, count)
+                })
+            })
+            .collect();
+        let mut out = Vec::new();
+        for task in tasks {
+            out.push(task.await.expect("writer task"));
+        }
+        out
+    });
+    Ok(summarize("runnel-tasks", writers, size, start, &latencies))
 }
 
 fn measure(
@@ -152,10 +215,20 @@ fn measure(
             .map(|h| h.join().expect("writer thread"))
             .collect()
     });
+    summarize(name, writers, size, start, &latencies)
+}
+
+fn summarize(
+    name: &str,
+    writers: usize,
+    size: usize,
+    start: Instant,
+    latencies: &[(Latency, u64)],
+) -> LogResult {
     let elapsed = start.elapsed().as_secs_f64();
     let mut all = Latency::default();
     let mut total = 0;
-    for (l, c) in &latencies {
+    for (l, c) in latencies {
         all.merge(l);
         total += c;
     }
@@ -182,8 +255,10 @@ fn open_engine(name: &str, dir: &Path) -> Result<Box<dyn Engine>, BenchError> {
         | "walrus-nofsync"
         | "walrus-sync-each-shared"
         | "walrus-nofsync-shared" => Ok(Box::new(walrus::WalrusLog::open(name, dir)?)),
+        #[cfg(feature = "rocksdb")]
+        "rocksdb-wal" => Ok(Box::new(rocks::RocksWal::open(dir)?)),
         other => Err(BenchError::Usage(format!(
-            "unknown log engine {other:?} (walrus-* need the walrus feature)"
+            "unknown log engine {other:?} (walrus-* need the walrus feature, rocksdb-wal the rocksdb feature)"
         ))),
     }
 }
@@ -269,6 +344,47 @@ mod walrus {
         fn append(&self, writer: usize, record: &[u8]) -> Result<(), String> {
             self.wal
                 .append_for_topic(&self.topics[writer % self.topics.len()], record)
+                .map_err(|e| e.to_string())
+        }
+    }
+}
+
+#[cfg(feature = "rocksdb")]
+mod rocks {
+    use super::*;
+    use std::sync::atomic::AtomicU64;
+
+    /// RocksDB with every put's WAL write synced before it returns
+    /// (`WriteOptions::set_sync(true)`); concurrent puts share a sync in
+    /// RocksDB's write group. Keys are a global sequence, so the memtable
+    /// sees appends in order.
+    pub struct RocksWal {
+        db: rocksdb::DB,
+        sync: rocksdb::WriteOptions,
+        next_key: AtomicU64,
+    }
+
+    impl RocksWal {
+        pub fn open(dir: &Path) -> Result<RocksWal, BenchError> {
+            let mut options = rocksdb::Options::default();
+            options.create_if_missing(true);
+            let db =
+                rocksdb::DB::open(&options, dir).map_err(|e| BenchError::Setup(e.to_string()))?;
+            let mut sync = rocksdb::WriteOptions::default();
+            sync.set_sync(true);
+            Ok(RocksWal {
+                db,
+                sync,
+                next_key: AtomicU64::new(0),
+            })
+        }
+    }
+
+    impl Engine for RocksWal {
+        fn append(&self, _writer: usize, record: &[u8]) -> Result<(), String> {
+            let key = self.next_key.fetch_add(1, Ordering::Relaxed).to_be_bytes();
+            self.db
+                .put_opt(key, record, &self.sync)
                 .map_err(|e| e.to_string())
         }
     }

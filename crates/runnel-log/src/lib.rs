@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 pub use frame::HEADER_LEN;
 
@@ -156,6 +157,9 @@ struct Pending {
     next_pos: u64,
     failed: Option<Arc<LogError>>,
     shutdown: bool,
+    /// While the committer gathers a batch: the record count at which an
+    /// append wakes it (0 otherwise).
+    gather_target: usize,
 }
 
 struct Shared {
@@ -259,6 +263,7 @@ impl Log {
                 next_pos: end,
                 failed: None,
                 shutdown: false,
+                gather_target: 0,
             }),
             wake_committer: Condvar::new(),
             segments: RwLock::new(segments),
@@ -301,16 +306,21 @@ impl Log {
             return Err(LogError::Closed);
         }
         let start = pending.next_pos;
-        // The committer sleeps only on an empty buffer: wake it only then
-        // (a notify is a syscall; under load most appends skip it).
-        let committer_may_sleep = pending.buf.is_empty();
+        // The committer sleeps on an empty buffer, or while it gathers a
+        // batch: wake it only then (a notify is a syscall; under load most
+        // appends skip it).
+        let mut wake = pending.buf.is_empty();
         frame::encode_into(&mut pending.buf, payload);
         let buffered = pending.buf.len();
         pending.record_ends.push(buffered);
+        if pending.gather_target != 0 && pending.record_ends.len() >= pending.gather_target {
+            pending.gather_target = 0;
+            wake = true;
+        }
         let end = start + HEADER_LEN + payload.len() as u64;
         pending.next_pos = end;
         drop(pending);
-        if committer_may_sleep {
+        if wake {
             self.shared.wake_committer.notify_one();
         }
         Ok(Appended {
@@ -461,11 +471,19 @@ impl Drop for Log {
 
 /// The committer thread: takes everything buffered, writes it, syncs
 /// once, and publishes the new durable position.
+///
+/// Batching adapts to load. A lone writer's record is written at once.
+/// When the previous batch held several records, writers are waiting in
+/// step with the syncs, and the first of them to append after a sync
+/// would otherwise be synced alone while the rest queue behind it for
+/// another sync: so the committer waits for as many records as last time,
+/// for at most half a sync time, and syncs them together.
 fn commit_loop(shared: &Shared) {
     let mut committer = match Committer::new(shared) {
         Ok(committer) => committer,
         Err(err) => return fail(shared, err),
     };
+    let gathers = shared.options.sync != SyncMode::Never;
     loop {
         {
             let mut pending = shared.pending.lock().expect("log mutex");
@@ -474,6 +492,22 @@ fn commit_loop(shared: &Shared) {
             }
             if pending.buf.is_empty() {
                 return;
+            }
+            let target = committer.last_batch_records;
+            if gathers && target > 1 && pending.record_ends.len() < target {
+                let deadline = Instant::now() + committer.sync_time / 2;
+                while pending.record_ends.len() < target && !pending.shutdown {
+                    let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                        break;
+                    };
+                    pending.gather_target = target;
+                    pending = shared
+                        .wake_committer
+                        .wait_timeout(pending, left)
+                        .expect("log mutex")
+                        .0;
+                }
+                pending.gather_target = 0;
             }
             std::mem::swap(&mut committer.batch, &mut pending.buf);
             std::mem::swap(&mut committer.record_ends, &mut pending.record_ends);
@@ -489,6 +523,11 @@ struct Committer {
     active: ActiveSegment,
     batch: Vec<u8>,
     record_ends: Vec<usize>,
+    /// Records in the last batch written.
+    last_batch_records: usize,
+    /// Recent time of a write and sync (a moving average), which bounds
+    /// how long a batch is gathered.
+    sync_time: Duration,
 }
 
 impl Committer {
@@ -497,11 +536,14 @@ impl Committer {
             active: ActiveSegment::open_last(shared)?,
             batch: Vec::new(),
             record_ends: Vec::new(),
+            last_batch_records: 0,
+            sync_time: Duration::from_micros(200),
         })
     }
 
     /// Writes the taken batch per the sync mode, then empties it.
     fn write_batch(&mut self, shared: &Shared) -> Result<(), LogError> {
+        let started = Instant::now();
         let (active, batch) = (&mut self.active, &self.batch);
         match shared.options.sync {
             SyncMode::Always => {
@@ -515,6 +557,10 @@ impl Committer {
             SyncMode::Batch => active.write_and_sync(shared, batch, true)?,
             SyncMode::Never => active.write_and_sync(shared, batch, false)?,
         }
+        // Capped so one stalled sync cannot make gathering slow for long.
+        let took = started.elapsed().min(Duration::from_millis(5));
+        self.sync_time = (self.sync_time * 7 + took) / 8;
+        self.last_batch_records = self.record_ends.len();
         self.batch.clear();
         self.record_ends.clear();
         Ok(())

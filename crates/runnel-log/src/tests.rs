@@ -285,3 +285,50 @@ fn collected_segments_leave_gaps_that_recovery_accepts_below_the_checkpoint() {
     let (_log, _) = open_collect(dir.path(), options);
     assert_eq!(segment::list(dir.path()).unwrap(), vec![now[0]]);
 }
+
+/// Writers in step with the syncs share them (the committer gathers a
+/// batch as large as the last one), and every acknowledged record reads
+/// back, in the order of its position, after a reopen.
+#[test]
+fn concurrent_writers_share_syncs_and_lose_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let syncs = Arc::new(AtomicU64::new(0));
+    let counted = Arc::clone(&syncs);
+    let listener: DurabilityListener = Box::new(move |_| {
+        counted.fetch_add(1, Ordering::Relaxed);
+    });
+    let log = Log::open(dir.path(), LogOptions::default(), listener, |_| Ok(())).unwrap();
+    let (writers, each) = (8, 300);
+    let acknowledged: Vec<(u64, Vec<u8>)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..writers)
+            .map(|w| {
+                let log = &log;
+                scope.spawn(move || {
+                    (0..each)
+                        .map(|i| {
+                            let payload = format!("writer-{w}-record-{i}").into_bytes();
+                            let at = log.append(&payload).unwrap();
+                            wait_durable(log, at.end);
+                            (at.payload_pos, payload)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().unwrap())
+            .collect()
+    });
+    let batches = syncs.load(Ordering::Relaxed);
+    assert!(
+        batches < (writers * each) as u64,
+        "{batches} syncs for {} appends",
+        writers * each
+    );
+    drop(log);
+    let (_log, recovered) = open_collect(dir.path(), LogOptions::default());
+    let mut expected = acknowledged;
+    expected.sort();
+    assert_eq!(recovered, expected);
+}
