@@ -145,14 +145,20 @@ pub async fn serve(
             accepted = listener.accept() => accepted,
             _ = &mut shutdown => break,
         };
-        let (app, builder, watcher, stop) = (
+        let (app, builder, watcher, mut stop) = (
             app.clone(),
             builder.clone(),
             graceful.watcher(),
             sse_stopped.clone(),
         );
         tokio::spawn(async move {
-            match connection::read_first_request(&mut io, HEADER_READ_TIMEOUT).await {
+            // A connection still silent at shutdown is closed, as hyper
+            // closes its idle ones.
+            let first = tokio::select! {
+                first = connection::read_first_request(&mut io, HEADER_READ_TIMEOUT) => first,
+                _ = stop.wait_for(|stopping| *stopping) => FirstRequest::Gone,
+            };
+            match first {
                 FirstRequest::Sse(request) => {
                     if let Err(e) = sse_connection::serve(io, app, *request, stop).await {
                         tracing::debug!(error = %e, "SSE connection ended with an error");

@@ -245,14 +245,19 @@ mod tests {
         assert!(all.ends_with("\r\n\r\nno such stream"), "{all}");
     }
 
-    #[tokio::test]
-    async fn a_peer_closing_ends_an_idle_stream() {
-        let app = Router::new().route(
+    /// An app whose response body never yields: an idle SSE stream.
+    fn endless_stream() -> Router {
+        Router::new().route(
             "/x",
             get(|| async {
                 Body::from_stream(futures::stream::pending::<Result<Bytes, Infallible>>())
             }),
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn a_peer_closing_ends_an_idle_stream() {
+        let app = endless_stream();
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
@@ -267,12 +272,7 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_ends_the_stream_with_its_last_chunk() {
-        let app = Router::new().route(
-            "/x",
-            get(|| async {
-                Body::from_stream(futures::stream::pending::<Result<Bytes, Infallible>>())
-            }),
-        );
+        let app = endless_stream();
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let (stop_tx, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
