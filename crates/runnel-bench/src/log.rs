@@ -128,11 +128,10 @@ fn measure_tasks(
     size: usize,
     duration: Duration,
 ) -> Result<LogResult, BenchError> {
-    let (durable_tx, durable_rx) = tokio::sync::watch::channel(0u64);
+    // `None` once the log has failed: the writers stop.
+    let (durable_tx, durable_rx) = tokio::sync::watch::channel(Some(0u64));
     let listener = Box::new(move |status: Result<u64, runnel_log::LogError>| {
-        if let Ok(position) = status {
-            durable_tx.send_replace(position);
-        }
+        durable_tx.send_replace(status.ok());
     });
     let options = LogOptions {
         sync: SyncMode::Batch,
@@ -160,7 +159,11 @@ fn measure_tasks(
                     while Instant::now() < deadline {
                         let t = Instant::now();
                         let Ok(at) = log.append(&record) else { break };
-                        if durable.wait_for(|d| *d >= at.end).await.is_err() {
+                        let acknowledged = durable
+                            .wait_for(|d| d.is_none_or(|d| d >= at.end))
+                            .await
+                            .is_ok_and(|d| d.is_some());
+                        if !acknowledged {
                             break;
                         }
                         latency.record(t.elapsed());

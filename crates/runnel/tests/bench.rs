@@ -232,6 +232,8 @@ fn the_log_benchmark_runs() {
     let json = dir.path().join("log.jsonl");
     let out = bench(&[
         "log",
+        "--engines",
+        "runnel,runnel-tasks",
         "--writers",
         "1,4",
         "--record-bytes",
@@ -243,9 +245,11 @@ fn the_log_benchmark_runs() {
         "--json",
         json.to_str().unwrap(),
     ]);
-    assert!(String::from_utf8_lossy(&out.stdout).contains("| runnel | 4 | 256 |"));
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert!(table.contains("| runnel | 4 | 256 |"), "{table}");
+    assert!(table.contains("| runnel-tasks | 4 | 256 |"), "{table}");
     let lines = std::fs::read_to_string(&json).unwrap();
-    assert_eq!(lines.lines().count(), 2);
+    assert_eq!(lines.lines().count(), 4);
     for line in lines.lines() {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(r["appends_per_sec"].as_f64().unwrap() > 0.0, "{r}");
