@@ -7,11 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::Method;
-use http_body_util::BodyExt;
 
 use crate::client::{classify, Connection, Outcome, Target};
 use crate::common::{self, now_us, CommonArgs, Progress};
+use crate::sse_client::SseReader;
 use crate::stats::{process_cpu_secs, Counts, Latency};
 use crate::BenchError;
 
@@ -36,8 +35,8 @@ pub struct Args {
 }
 
 struct SubscriberResult {
-    latency: Latency,
-    deliveries: u64,
+    /// Publish-to-receive time of every delivery, in microseconds.
+    latencies_us: Vec<u64>,
     bytes: u64,
 }
 
@@ -51,6 +50,14 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let ready = Arc::new(AtomicU64::new(0));
     let delivered = Arc::new(AtomicU64::new(0));
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    // Room for every latency a subscriber should see, taken before the
+    // measured phase: growing the vectors during it would fault in fresh
+    // pages on the cores the server is measured on.
+    let expected_events = if args.writer_rate > 0.0 {
+        (args.writer_rate * args.common.duration().as_secs_f64() * 1.1) as usize + 16
+    } else {
+        0
+    };
     let mut subscribers = Vec::new();
     for i in 0..args.subscribers {
         let target = targets[i % targets.len()].clone();
@@ -61,7 +68,12 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
             stop_rx.clone(),
         );
         subscribers.push(tokio::spawn(subscribe(
-            target, path, ready, delivered, stop,
+            target,
+            path,
+            expected_events,
+            ready,
+            delivered,
+            stop,
         )));
     }
     let connect_deadline = Instant::now() + Duration::from_secs_f64(args.connect_timeout_secs);
@@ -141,8 +153,10 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let (mut deliveries, mut bytes) = (0, 0);
     for s in subscribers {
         let r = s.await.map_err(|e| BenchError::Setup(e.to_string()))?;
-        latency.merge(&r.latency);
-        deliveries += r.deliveries;
+        for us in &r.latencies_us {
+            latency.record(Duration::from_micros(*us));
+        }
+        deliveries += r.latencies_us.len() as u64;
         bytes += r.bytes;
     }
     let expected = counts.ok * args.subscribers as u64;
@@ -176,77 +190,110 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
 }
 
 /// One SSE subscriber: counts itself ready at its first control event,
-/// then timestamps every data line until told to stop.
+/// then timestamps every data line until told to stop. Latencies are kept
+/// as plain microsecond values and turned into a histogram at the end, so
+/// a delivery costs the client a `read`, a scan and a push.
 async fn subscribe(
     target: Target,
     path: String,
+    expected_events: usize,
     ready: Arc<AtomicU64>,
     delivered: Arc<AtomicU64>,
     mut stop: tokio::sync::watch::Receiver<bool>,
 ) -> SubscriberResult {
-    let mut result = SubscriberResult {
-        latency: Latency::default(),
-        deliveries: 0,
-        bytes: 0,
-    };
-    let Ok(mut conn) = Connection::open(&target).await else {
-        return result;
-    };
-    let headers = [("accept", "text/event-stream".to_string())];
-    let Ok(response) = conn
-        .send_streaming(Method::GET, &path, &headers, Bytes::new())
-        .await
-    else {
-        return result;
-    };
-    if !response.status().is_success() {
-        return result;
-    }
-    let mut body = response.into_body();
-    let mut buffer: Vec<u8> = Vec::new();
+    let mut latencies_us: Vec<u64> = Vec::with_capacity(expected_events);
+    let mut bytes = 0u64;
     let mut counted_ready = false;
-    loop {
-        let frame = tokio::select! {
-            f = body.frame() => f,
-            _ = stop.changed() => break,
-        };
-        let Some(Ok(frame)) = frame else { break };
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        result.bytes += data.len() as u64;
-        buffer.extend_from_slice(&data);
-        // Handle every complete event in the buffer.
-        while let Some(end) = find(&buffer, b"\n\n") {
-            let event: Vec<u8> = buffer.drain(..end + 2).collect();
-            let now = now_us();
-            let mut is_data = false;
-            for line in event.split(|b| *b == b'\n') {
-                if line.starts_with(b"event: data") {
-                    is_data = true;
-                } else if line.starts_with(b"event: control") && !counted_ready {
-                    counted_ready = true;
-                    ready.fetch_add(1, Ordering::Relaxed);
-                } else if is_data && line.starts_with(b"data:") {
-                    let text = &line[5..];
-                    let stamp = text.split(|b| *b == b'|').next().unwrap_or_default();
-                    if let Some(sent) = std::str::from_utf8(stamp)
-                        .ok()
-                        .and_then(|s| s.trim().parse::<u64>().ok())
-                    {
-                        result
-                            .latency
-                            .record(Duration::from_micros(now.saturating_sub(sent)));
-                        result.deliveries += 1;
-                        delivered.fetch_add(1, Ordering::Relaxed);
+    if let Ok(mut reader) = SseReader::open(&target, &path).await {
+        loop {
+            let mut delivered_now = 0;
+            let more = tokio::select! {
+                more = reader.next_events(|event| {
+                    bytes += event.len() as u64 + 2;
+                    let now = now_us();
+                    match event_stamps(event, &mut latencies_us, now) {
+                        EventKind::Data(n) => delivered_now += n,
+                        EventKind::Control if !counted_ready => {
+                            counted_ready = true;
+                            ready.fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {}
                     }
-                }
+                }) => more,
+                _ = stop.changed() => break,
+            };
+            if delivered_now > 0 {
+                delivered.fetch_add(delivered_now, Ordering::Relaxed);
+            }
+            if !matches!(more, Ok(true)) {
+                break;
             }
         }
     }
-    result
+    SubscriberResult {
+        latencies_us,
+        bytes,
+    }
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
-    haystack.windows(needle.len()).position(|w| w == needle)
+enum EventKind {
+    /// A data event with this many timestamped lines.
+    Data(u64),
+    Control,
+    Other,
+}
+
+/// Records `now - stamp` for every `data:` line of a data event (each
+/// appended message is one line starting with its send time).
+fn event_stamps(event: &[u8], latencies_us: &mut Vec<u64>, now: u64) -> EventKind {
+    let mut lines = event.split(|b| *b == b'\n');
+    match lines.next() {
+        Some(b"event: data") => {}
+        Some(b"event: control") => return EventKind::Control,
+        _ => return EventKind::Other,
+    }
+    let mut stamped = 0;
+    for line in lines {
+        let Some(text) = line.strip_prefix(b"data:") else {
+            continue;
+        };
+        let digits = text.iter().skip_while(|b| **b == b' ');
+        let mut sent = 0u64;
+        let mut any = false;
+        for b in digits.take_while(|b| b.is_ascii_digit()) {
+            sent = sent.wrapping_mul(10).wrapping_add((b - b'0') as u64);
+            any = true;
+        }
+        if any {
+            latencies_us.push(now.saturating_sub(sent));
+            stamped += 1;
+        }
+    }
+    EventKind::Data(stamped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_events_yield_one_latency_per_stamped_line() {
+        let mut latencies = Vec::new();
+        let kind = event_stamps(
+            b"event: data\ndata: 1000|xx\ndata:1500|yy\ndata: not a stamp",
+            &mut latencies,
+            2000,
+        );
+        assert!(matches!(kind, EventKind::Data(2)));
+        assert_eq!(latencies, vec![1000, 500]);
+        assert!(matches!(
+            event_stamps(b"event: control\ndata: {}", &mut latencies, 0),
+            EventKind::Control
+        ));
+        assert!(matches!(
+            event_stamps(b": keepalive", &mut latencies, 0),
+            EventKind::Other
+        ));
+        assert_eq!(latencies.len(), 2);
+    }
 }

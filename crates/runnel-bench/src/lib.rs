@@ -20,6 +20,7 @@ pub mod log;
 pub mod multi_stream;
 pub mod replay;
 pub mod report;
+pub mod sse_client;
 pub mod stats;
 
 use clap::Subcommand;

@@ -10,8 +10,13 @@ use rand::Rng;
 const EPOCH_MS: i64 = 1_728_432_000_000;
 const INTERVAL_MS: i64 = 20_000;
 
+/// The interval `now_ms` falls in: the cursor a client without one gets.
+pub fn current_interval(now_ms: i64) -> u64 {
+    ((now_ms - EPOCH_MS).max(0) / INTERVAL_MS) as u64
+}
+
 pub fn next_cursor(now_ms: i64, client: Option<&str>) -> String {
-    let current = ((now_ms - EPOCH_MS).max(0) / INTERVAL_MS) as u64;
+    let current = current_interval(now_ms);
     let client = client.and_then(|c| c.parse::<u64>().ok());
     let cursor = match client {
         Some(c) if c >= current => {
@@ -31,6 +36,7 @@ mod tests {
     fn cursor_counts_intervals_and_always_moves_past_the_client() {
         let now = EPOCH_MS + 45_000;
         assert_eq!(next_cursor(now, None), "2");
+        assert_eq!(current_interval(now), 2);
         assert_eq!(next_cursor(now, Some("1")), "2");
         for _ in 0..100 {
             let next: u64 = next_cursor(now, Some("2")).parse().unwrap();

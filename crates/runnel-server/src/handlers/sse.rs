@@ -18,7 +18,7 @@ use runnel_engine::{now_ms, ReadResult};
 use tokio::sync::{watch, OwnedSemaphorePermit};
 use tokio::time::{Instant, Sleep};
 
-use crate::cursor::next_cursor;
+use crate::cursor::{current_interval, next_cursor};
 use crate::error::ApiError;
 use crate::headers::names;
 use crate::AppState;
@@ -212,7 +212,7 @@ impl Rendered {
             next: plan.next.position(),
             up_to_date: plan.up_to_date(),
             reached_close: plan.reached_close(),
-            interval: current_interval(),
+            interval: interval_now(),
             version: 0,
         }
     }
@@ -233,7 +233,7 @@ impl RenderCache {
         let entries = self.entries.lock().expect("render cache lock");
         entries
             .get(&key)
-            .filter(|r| r.interval == current_interval())
+            .filter(|r| r.interval == interval_now())
             .cloned()
     }
 
@@ -246,8 +246,10 @@ impl RenderCache {
     }
 }
 
-fn current_interval() -> u64 {
-    next_cursor(now_ms(), None).parse().unwrap_or(0)
+/// The cursor interval now: a cached rendering from an earlier interval
+/// would hand out a stale cursor.
+fn interval_now() -> u64 {
+    current_interval(now_ms())
 }
 
 /// `event: data`, one `data:` line per line of the payload.
