@@ -20,6 +20,9 @@ pub enum ApiError {
     MethodNotAllowed,
     /// The live-reader limit is reached: 503 with Retry-After.
     TooManyLiveReaders,
+    /// The node is over its memory limit: new live readers get 503 with
+    /// Retry-After.
+    OverMemoryLimit,
     /// The stream's group has no reachable leader: 503 with Retry-After.
     Unavailable(String),
     /// A fork across groups would copy more than the limit.
@@ -78,6 +81,14 @@ impl IntoResponse for ApiError {
                 (
                     StatusCode::SERVICE_UNAVAILABLE,
                     "too many live readers on this node; retry later".into(),
+                )
+            }
+            ApiError::OverMemoryLimit => {
+                headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("5"));
+                (
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "this node is over its memory limit and takes no new live readers; retry later"
+                        .into(),
                 )
             }
             ApiError::Unavailable(reason) => {

@@ -13,6 +13,7 @@ pub mod forward;
 pub mod handlers;
 pub mod headers;
 pub mod listener;
+pub mod memory;
 pub mod middleware;
 pub mod sse_connection;
 
@@ -49,6 +50,9 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// Concurrent SSE and long-poll readers; more get 503 + Retry-After.
     pub max_live_readers: usize,
+    /// Resident memory of the process above which new SSE and long-poll
+    /// readers get 503 + Retry-After (none: no limit).
+    pub max_memory_bytes: Option<u64>,
 }
 
 impl Default for ServerConfig {
@@ -64,13 +68,24 @@ impl Default for ServerConfig {
             write_stall_timeout: Duration::from_secs(10),
             max_connections: 50_000,
             max_live_readers: 40_000,
+            max_memory_bytes: None,
         }
     }
 }
 
-/// What every handler gets.
+/// What every handler gets: one shared [`App`], so the per-request clone
+/// the router makes is a single reference count.
 #[derive(Clone)]
-pub struct AppState {
+pub struct AppState(Arc<App>);
+
+impl std::ops::Deref for AppState {
+    type Target = App;
+    fn deref(&self) -> &App {
+        &self.0
+    }
+}
+
+pub struct App {
     pub node: Arc<dyn NodeEngine>,
     /// Relays requests to the leader of a stream's group (clusters).
     pub forwarder: forward::Forwarder,
@@ -79,17 +94,20 @@ pub struct AppState {
     pub live_readers: Arc<tokio::sync::Semaphore>,
     /// SSE events rendered once for all readers at a stream position.
     pub sse_cache: Arc<handlers::SseRenderCache>,
+    /// Refuses new live readers while the process is over its memory limit.
+    pub memory: Arc<memory::MemoryGuard>,
 }
 
 /// The application: stream routes, health, and the protocol headers.
 pub fn router(node: Arc<dyn NodeEngine>, config: ServerConfig) -> Router {
-    let state = AppState {
+    let state = AppState(Arc::new(App {
         node,
         forwarder: forward::Forwarder::default(),
         live_readers: Arc::new(tokio::sync::Semaphore::new(config.max_live_readers.max(1))),
         sse_cache: Arc::default(),
+        memory: memory::MemoryGuard::start(config.max_memory_bytes),
         config: Arc::new(config),
-    };
+    }));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(handlers::release_expired_pins(state.clone()));
     }

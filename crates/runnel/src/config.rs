@@ -57,6 +57,9 @@ pub struct ServeArgs {
     /// SSE and long-poll readers at most; more get 503 [default: 40000].
     #[arg(long)]
     pub max_live_readers: Option<usize>,
+    /// Resident memory in bytes above which new SSE and long-poll readers get 503 [default: no limit].
+    #[arg(long)]
+    pub max_memory_bytes: Option<u64>,
     /// Largest snapshot body in bytes; larger get 413 [default: 134217728].
     #[arg(long)]
     pub max_snapshot_bytes: Option<u64>,
@@ -230,6 +233,9 @@ impl ServeArgs {
         }
         if let Some(n) = pick!(max_live_readers) {
             server.max_live_readers = n.max(1);
+        }
+        if let Some(bytes) = pick!(max_memory_bytes) {
+            server.max_memory_bytes = Some(bytes);
         }
         // A record holds one command with its body and a small header.
         let record_limit = server

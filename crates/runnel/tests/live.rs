@@ -291,3 +291,48 @@ async fn a_long_poll_sees_the_stream_close_while_it_waits() {
     assert_eq!(r.headers()["stream-closed"], "true");
     assert_eq!(r.headers()["stream-up-to-date"], "true");
 }
+
+#[tokio::test]
+async fn over_the_memory_limit_new_live_readers_get_503_and_others_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    // Any running server holds more than 1 MiB: the limit is exceeded from
+    // the start.
+    let server = Server::start(dir.path(), &["--max-memory-bytes", "1048576"]).await;
+    let client = reqwest::Client::new();
+    let url = server.stream_url("limited");
+    create(&client, &url, "kept").await;
+    for live in ["sse", "long-poll"] {
+        let r = client
+            .get(format!("{url}?offset=now&live={live}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503, "{live}");
+        assert_eq!(r.headers()["retry-after"], "5", "{live}");
+        assert!(r.text().await.unwrap().contains("memory limit"), "{live}");
+    }
+    // Catch-up reads and writes carry on.
+    let r = client.get(format!("{url}?offset=-1")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.text().await.unwrap(), "kept");
+    let r = client
+        .post(&url)
+        .header("content-type", "text/plain")
+        .body("more")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204);
+
+    // A limit the process is under admits them.
+    let dir = tempfile::tempdir().unwrap();
+    let roomy = Server::start(dir.path(), &["--max-memory-bytes", "1099511627776"]).await;
+    let url = roomy.stream_url("roomy");
+    create(&client, &url, "").await;
+    let r = client
+        .get(format!("{url}?offset=now&live=sse"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}

@@ -75,6 +75,18 @@ pub async fn stream(State(app): State<AppState>, request: Request) -> Response {
     }
 }
 
+/// Admits a live reader (SSE or long-poll): refused while the node is over
+/// its memory limit or holds its most live readers. The permit is held as
+/// long as the reader.
+fn admit_live_reader(app: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+    if app.memory.over_limit() {
+        return Err(ApiError::OverMemoryLimit);
+    }
+    std::sync::Arc::clone(&app.live_readers)
+        .try_acquire_owned()
+        .map_err(|_| ApiError::TooManyLiveReaders)
+}
+
 /// SSE and long-poll reads, which a follower may serve itself (see
 /// `NodeEngine::prepare_live_read`); catch-up reads go to the leader.
 fn is_live_read(target: &Target, request: &Request) -> bool {

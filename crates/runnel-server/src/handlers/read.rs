@@ -1,7 +1,5 @@
 //! GET: catch-up reads and long-polls (SSE lives in [`super::sse`]).
 
-use std::sync::Arc;
-
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode};
@@ -90,9 +88,7 @@ async fn wait_for_data(
     if plan.reached_close() {
         return Ok(Waited::Nothing(plan));
     }
-    let _reader = Arc::clone(&app.live_readers)
-        .try_acquire_owned()
-        .map_err(|_| ApiError::TooManyLiveReaders)?;
+    let _reader = super::admit_live_reader(app)?;
     let (id, position) = (plan.info.id, plan.next.position());
     let deadline = tokio::time::Instant::now() + app.config.long_poll_timeout;
     // Subscribe first, then look: a commit in between still wakes us.

@@ -29,9 +29,7 @@ pub async fn serve(
     from: ReadFrom,
     cursor: Option<String>,
 ) -> Result<Response, ApiError> {
-    let permit = Arc::clone(&app.live_readers)
-        .try_acquire_owned()
-        .map_err(|_| ApiError::TooManyLiveReaders)?;
+    let permit = super::admit_live_reader(&app)?;
     // Errors before the first byte are ordinary statuses.
     let engine = app.node.engine_for(&name);
     let first = engine.read(&name, from, app.config.max_read_bytes)?;
