@@ -78,6 +78,18 @@ impl Default for ServerConfig {
 #[derive(Clone)]
 pub struct AppState(Arc<App>);
 
+impl AppState {
+    /// A handle that does not keep the application alive: background tasks
+    /// hold one and end once the router is gone.
+    pub fn downgrade(&self) -> std::sync::Weak<App> {
+        Arc::downgrade(&self.0)
+    }
+
+    pub fn upgrade(weak: &std::sync::Weak<App>) -> Option<AppState> {
+        weak.upgrade().map(AppState)
+    }
+}
+
 impl std::ops::Deref for AppState {
     type Target = App;
     fn deref(&self) -> &App {
@@ -109,7 +121,7 @@ pub fn router(node: Arc<dyn NodeEngine>, config: ServerConfig) -> Router {
         config: Arc::new(config),
     }));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn(handlers::release_expired_pins(state.clone()));
+        runtime.spawn(handlers::release_expired_pins(state.downgrade()));
     }
     Router::new()
         .route("/health", get(handlers::health))

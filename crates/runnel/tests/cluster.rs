@@ -25,22 +25,14 @@ async fn a_cluster_forms_balanced_and_any_node_serves_any_stream() {
     let client = reqwest::Client::new();
     for s in 0..12 {
         let name = format!("any-{s}");
-        let r = client
-            .put(cluster.stream_url(s % 3, &name))
-            .header("content-type", "text/plain")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
+        common::create_text(&client, &cluster.stream_url(s % 3, &name), "").await;
         for node in 0..3 {
-            let r = client
-                .post(cluster.stream_url(node, &name))
-                .header("content-type", "text/plain")
-                .body(format!("via{node};"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 204);
+            common::append_text(
+                &client,
+                &cluster.stream_url(node, &name),
+                &format!("via{node};"),
+            )
+            .await;
         }
         for node in 0..3 {
             let body = read_all(&client, &cluster.stream_url(node, &name)).await;
@@ -87,13 +79,7 @@ async fn killing_a_leader_loses_no_acknowledged_append() {
         .collect();
     for w in &writers {
         let name = w.lock().unwrap().name.clone();
-        let r = client
-            .put(cluster.stream_url(survivors[0], &name))
-            .header("content-type", "text/plain")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
+        common::create_text(&client, &cluster.stream_url(survivors[0], &name), "").await;
     }
     let stop = Arc::new(AtomicBool::new(false));
     // The last time any append of a stream in the victim's groups failed.
@@ -218,15 +204,9 @@ async fn fill_and_collect(cluster: &Cluster, dir: &std::path::Path) -> Vec<Vec<u
     let chunk = "x".repeat(8 << 10);
     for s in 0..6 {
         let url = cluster.stream_url(s % 3, &format!("big-{s}"));
-        let r = client
-            .put(&url)
-            .header("content-type", "text/plain")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
+        common::create_text(&client, &url, "").await;
         for _ in 0..100 {
-            append(&client, &url, &chunk).await;
+            common::append_text(&client, &url, &chunk).await;
         }
     }
     let log_dir = dir.join("n1/log");
@@ -244,7 +224,7 @@ async fn fill_and_collect(cluster: &Cluster, dir: &std::path::Path) -> Vec<Vec<u
     // A few more appends roll the log past the segments to collect.
     let url = cluster.stream_url(1, "big-5");
     for _ in 0..130 {
-        append(&client, &url, &chunk).await;
+        common::append_text(&client, &url, &chunk).await;
     }
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
@@ -270,17 +250,6 @@ async fn fill_and_collect(cluster: &Cluster, dir: &std::path::Path) -> Vec<Vec<u
         kept.push(read_all(&client, &cluster.stream_url(0, &format!("big-{s}"))).await);
     }
     kept
-}
-
-async fn append(client: &reqwest::Client, url: &str, body: &str) {
-    let r = client
-        .post(url)
-        .header("content-type", "text/plain")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
 }
 
 async fn assert_holds(cluster: &Cluster, expected: &[Vec<u8>]) {
@@ -386,14 +355,12 @@ async fn followers_serve_live_reads_from_their_applied_state() {
         for round in 0..5 {
             // Acknowledged by the leader, then a long-poll at the tail
             // through the follower: it must wait for the next append.
-            let r = client
-                .post(cluster.stream_url(leader, s))
-                .header("content-type", "text/plain")
-                .body(format!("old{round};"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 204);
+            common::append_text(
+                &client,
+                &cluster.stream_url(leader, s),
+                &format!("old{round};"),
+            )
+            .await;
             let poll = client
                 .get(format!(
                     "{}?offset=now&live=long-poll",
@@ -465,23 +432,17 @@ async fn sparse_segments_are_copied_forward_on_every_node() {
     let client = reqwest::Client::new();
     let (keep, junk) = (cluster.stream_url(0, "keep"), cluster.stream_url(0, "junk"));
     for url in [&keep, &junk] {
-        let r = client
-            .put(url)
-            .header("content-type", "text/plain")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 201);
+        common::create_text(&client, url, "").await;
     }
     // Every segment gets a little of "keep" and much of "junk".
     let filler = "j".repeat(8 << 10);
     let mut expected = String::new();
     for i in 0..120 {
         let piece = format!("keep-{i};");
-        append(&client, &keep, &piece).await;
+        common::append_text(&client, &keep, &piece).await;
         expected.push_str(&piece);
         for _ in 0..4 {
-            append(&client, &junk, &filler).await;
+            common::append_text(&client, &junk, &filler).await;
         }
     }
     let peak: Vec<u64> = (1..=3)
@@ -491,7 +452,7 @@ async fn sparse_segments_are_copied_forward_on_every_node() {
     // Keep writing a little so the log rolls past the sparse segments.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        append(&client, &keep, "+").await;
+        common::append_text(&client, &keep, "+").await;
         expected.push('+');
         let now: Vec<u64> = (1..=3)
             .map(|n| dir_bytes(&dir.path().join(format!("n{n}/log"))))
@@ -618,13 +579,7 @@ async fn leadership_returns_to_the_preferred_node_after_a_restart() {
     assert_eq!(balanced, vec![0, 1, 2], "group g starts on node g");
     let client = reqwest::Client::new();
     let url = cluster.stream_url(1, "during-handover");
-    let r = client
-        .put(&url)
-        .header("content-type", "text/plain")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
+    common::create_text(&client, &url, "").await;
 
     cluster.kill(0);
     let moved = cluster.wait_for_leaders(Duration::from_secs(10)).await;

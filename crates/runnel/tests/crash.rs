@@ -44,13 +44,7 @@ async fn acknowledged_appends_survive_repeated_sigkill() {
             // Verify what survived the previous kill, then reconcile the
             // in-flight append: stored if the log kept it, dropped if not.
             let content = if cycle == 0 {
-                let r = client
-                    .put(&url)
-                    .header("content-type", "text/plain")
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status(), 201);
+                common::create_text(&client, &url, "").await;
                 Vec::new()
             } else {
                 read_all(&client, &url).await

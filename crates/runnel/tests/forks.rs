@@ -56,22 +56,8 @@ async fn a_fork_across_groups_copies_its_source_and_holds_it_while_it_lives() {
     assert_eq!(put(&client, &fork_a, &fork_headers, "").await, 201);
     // An identical re-create is idempotent and takes no second pin.
     assert_eq!(put(&client, &fork_a, &fork_headers, "").await, 200);
-    let r = client
-        .post(&fork_a)
-        .header("content-type", "text/plain")
-        .body(", fork")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
-    let r = client
-        .post(&src)
-        .header("content-type", "text/plain")
-        .body("!")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    common::append_text(&client, &fork_a, ", fork").await;
+    common::append_text(&client, &src, "!").await;
     assert_eq!(read_all(&client, &fork_a).await, b"hello, fork");
     assert_eq!(read_all(&client, &src).await, b"hello world!");
     // Reads from an inherited offset work on the copy.

@@ -19,13 +19,7 @@ async fn limits_health_and_bad_input_get_clear_answers() {
     assert_eq!(health.status(), 200);
 
     let url = server.stream_url("limits");
-    let r = client
-        .put(&url)
-        .header("content-type", "text/plain")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
+    common::create_text(&client, &url, "").await;
     let r = client
         .post(&url)
         .header("content-type", "text/plain")
@@ -35,14 +29,7 @@ async fn limits_health_and_bad_input_get_clear_answers() {
         .unwrap();
     assert_eq!(r.status(), 413);
     assert!(r.text().await.unwrap().contains("1024"));
-    let r = client
-        .post(&url)
-        .header("content-type", "text/plain")
-        .body(vec![b'x'; 1024])
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    common::append_text(&client, &url, &"x".repeat(1024)).await;
 
     let long = server.stream_url(&"n".repeat(1025));
     let r = client.put(&long).send().await.unwrap();

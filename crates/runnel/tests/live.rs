@@ -25,17 +25,6 @@ async fn read_for(response: reqwest::Response, window: Duration) -> (String, boo
     }
 }
 
-async fn create(client: &reqwest::Client, url: &str, body: &'static str) {
-    let r = client
-        .put(url)
-        .header("content-type", "text/plain")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 201);
-}
-
 #[tokio::test]
 async fn sse_sends_keepalives_and_closes_after_its_maximum_duration() {
     let dir = tempfile::tempdir().unwrap();
@@ -46,7 +35,7 @@ async fn sse_sends_keepalives_and_closes_after_its_maximum_duration() {
     .await;
     let client = reqwest::Client::new();
     let url = server.stream_url("keepalive");
-    create(&client, &url, "").await;
+    common::create_text(&client, &url, "").await;
     let started = Instant::now();
     let r = client
         .get(format!("{url}?offset=now&live=sse"))
@@ -70,7 +59,7 @@ async fn sse_resumes_from_last_event_id() {
     let server = Server::start(dir.path(), &[]).await;
     let client = reqwest::Client::new();
     let url = server.stream_url("resume");
-    create(&client, &url, "first-part").await;
+    common::create_text(&client, &url, "first-part").await;
     let first = client
         .get(format!("{url}?offset=-1&live=sse"))
         .send()
@@ -112,7 +101,7 @@ async fn a_reader_that_never_reads_is_cut_off_and_writers_carry_on() {
     .await;
     let client = reqwest::Client::new();
     let url = server.stream_url("slow");
-    create(&client, &url, "").await;
+    common::create_text(&client, &url, "").await;
 
     // A client that sends the request and then never reads a byte.
     let addr = server.base.trim_start_matches("http://").to_string();
@@ -134,14 +123,7 @@ async fn a_reader_that_never_reads_is_cut_off_and_writers_carry_on() {
     // The writer is never held back by the stuck reader.
     let chunk = "x".repeat(1 << 20);
     for _ in 0..40 {
-        let r = client
-            .post(&url)
-            .header("content-type", "text/plain")
-            .body(chunk.clone())
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(r.status(), 204);
+        common::append_text(&client, &url, &chunk).await;
     }
     // Once the stuck reader's buffers are full it is cut off, and its slot
     // serves someone else.
@@ -170,7 +152,7 @@ async fn connection_churn_leaves_no_memory_behind() {
     let server = Server::start(dir.path(), &[]).await;
     let client = reqwest::Client::new();
     let url = server.stream_url("churn");
-    create(&client, &url, "hello").await;
+    common::create_text(&client, &url, "hello").await;
     let cycle = |n: usize| {
         let (client, url) = (client.clone(), url.clone());
         async move {
@@ -211,7 +193,7 @@ async fn idle_sse_readers_cost_under_16_kib_each() {
     let server = Server::start(dir.path(), &[]).await;
     let client = reqwest::Client::new();
     let url = server.stream_url("idle");
-    create(&client, &url, "").await;
+    common::create_text(&client, &url, "").await;
     let addr = server.base.trim_start_matches("http://").to_string();
     let open = |n: usize| {
         let addr = addr.clone();
@@ -262,7 +244,7 @@ async fn a_long_poll_sees_the_stream_close_while_it_waits() {
     let server = Server::start(dir.path(), &["--long-poll-timeout-ms", "5000"]).await;
     let client = reqwest::Client::new();
     let url = server.stream_url("closing");
-    create(&client, &url, "data").await;
+    common::create_text(&client, &url, "data").await;
     let waiting = {
         let (client, url) = (client.clone(), url.clone());
         tokio::spawn(async move {
@@ -300,7 +282,7 @@ async fn over_the_memory_limit_new_live_readers_get_503_and_others_are_served() 
     let server = Server::start(dir.path(), &["--max-memory-bytes", "1048576"]).await;
     let client = reqwest::Client::new();
     let url = server.stream_url("limited");
-    create(&client, &url, "kept").await;
+    common::create_text(&client, &url, "kept").await;
     for live in ["sse", "long-poll"] {
         let r = client
             .get(format!("{url}?offset=now&live={live}"))
@@ -315,20 +297,13 @@ async fn over_the_memory_limit_new_live_readers_get_503_and_others_are_served() 
     let r = client.get(format!("{url}?offset=-1")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert_eq!(r.text().await.unwrap(), "kept");
-    let r = client
-        .post(&url)
-        .header("content-type", "text/plain")
-        .body("more")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(r.status(), 204);
+    common::append_text(&client, &url, "more").await;
 
     // A limit the process is under admits them.
     let dir = tempfile::tempdir().unwrap();
     let roomy = Server::start(dir.path(), &["--max-memory-bytes", "1099511627776"]).await;
     let url = roomy.stream_url("roomy");
-    create(&client, &url, "").await;
+    common::create_text(&client, &url, "").await;
     let r = client
         .get(format!("{url}?offset=now&live=sse"))
         .send()

@@ -196,13 +196,13 @@ pub(crate) async fn send_unpins(app: &AppState, pins: Vec<RemotePin>) {
 }
 
 /// Releases, every second, the pins that expiries on this node released;
-/// ends once nothing but this task holds the node.
-pub async fn release_expired_pins(app: AppState) {
+/// ends once the application (its router) is gone.
+pub async fn release_expired_pins(app: std::sync::Weak<crate::App>) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
-        if std::sync::Arc::strong_count(&app.node) == 1 {
+        let Some(app) = AppState::upgrade(&app) else {
             return;
-        }
+        };
         let pins = app.node.take_released_pins();
         if !pins.is_empty() {
             send_unpins(&app, pins).await;

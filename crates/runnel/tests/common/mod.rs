@@ -84,6 +84,34 @@ impl Drop for Server {
     }
 }
 
+/// Creates a `text/plain` stream at `url` holding `initial`; fails the test
+/// unless the server answers 201.
+#[allow(dead_code)] // not every test binary creates streams this way
+pub async fn create_text(client: &reqwest::Client, url: &str, initial: &str) {
+    let r = client
+        .put(url)
+        .header("content-type", "text/plain")
+        .body(initial.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201, "creating {url}");
+}
+
+/// Appends `body` to the `text/plain` stream at `url`; fails the test
+/// unless the server answers 204.
+#[allow(dead_code)] // not every test binary appends this way
+pub async fn append_text(client: &reqwest::Client, url: &str, body: &str) {
+    let r = client
+        .post(url)
+        .header("content-type", "text/plain")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 204, "appending to {url}");
+}
+
 /// Reads a whole stream by following Stream-Next-Offset.
 #[allow(dead_code)] // not every test binary reads whole streams
 pub async fn read_all(client: &reqwest::Client, url: &str) -> Vec<u8> {
