@@ -40,6 +40,9 @@ pub async fn serve<I: AsyncRead + AsyncWrite + Unpin>(
     drop(head);
 
     let mut body = std::pin::pin!(body);
+    // Made once: every connection waits on the same shutdown signal, and
+    // re-registering with it around every event would contend on its lock.
+    let mut stopping = std::pin::pin!(shutdown.wait_for(|stop| *stop));
     // Reads only to notice the peer closing; a client has nothing more to
     // say on this connection.
     let mut probe = [0u8; 64];
@@ -50,7 +53,7 @@ pub async fn serve<I: AsyncRead + AsyncWrite + Unpin>(
                 Ok(0) | Err(_) => return Ok(()),
                 Ok(_) => continue,
             },
-            _ = shutdown.wait_for(|stop| *stop) => None,
+            _ = &mut stopping => None,
         };
         let data = match frame {
             None => break,
