@@ -1,12 +1,14 @@
-//! What the server does with a new connection: it reads the first request
-//! head itself and sends SSE reads down a path of their own
-//! ([`crate::sse_connection`]); every other connection goes to hyper with
+//! What the server does with each request head on a connection: it reads
+//! the head itself and serves bodiless `GET` and `HEAD` requests without
+//! hyper ([`crate::direct_connection`]), an SSE read on a path of its own;
+//! at the first request it does not serve (a body, HTTP/1.0, pipelined
+//! bytes, anything unusual) the rest of the connection goes to hyper, with
 //! the bytes already read put back in front ([`Rewind`]).
 //!
-//! Why: an idle SSE reader is the connection a server holds most of, and
-//! hyper keeps an 8 KiB read buffer and an 8 KiB write buffer for every
-//! connection for its whole life. The head is read into a buffer that is
-//! freed before the event stream starts.
+//! Why: an idle SSE reader or kept-alive reader is the connection a server
+//! holds most of, and hyper keeps an 8 KiB read buffer and an 8 KiB write
+//! buffer for every connection for its whole life. Here a head is read
+//! into a buffer that is freed once the request is built.
 
 use std::io;
 use std::pin::Pin;
@@ -20,30 +22,36 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
 
 use crate::headers::STREAM_PREFIX;
 
-/// How the first request on a connection is served.
+/// How the next request on a connection is served.
 #[derive(Debug)]
-pub enum FirstRequest {
+pub enum NextRequest {
     /// A bodiless HTTP/1.1 `GET` of a stream with `live=sse`.
     Sse(Box<Request<Body>>),
+    /// Any other bodiless HTTP/1.1 `GET` or `HEAD`; `keep_alive` is false
+    /// when the client asked to close after it.
+    Plain {
+        request: Box<Request<Body>>,
+        keep_alive: bool,
+    },
     /// Anything else, including requests hyper must reject: these bytes
     /// are replayed to hyper before the socket's.
     Other(Bytes),
-    /// The peer closed, failed or sent no complete request line in time.
+    /// The peer closed, failed or sent no complete head in time.
     Gone,
 }
 
 /// Largest head read here (hyper's smallest read buffer); a longer head
 /// goes to hyper, which answers it.
 const HEAD_LIMIT: usize = 8192;
-/// Most header lines in an SSE request (hyper's default limit).
+/// Most header lines in a request served here (hyper's default limit).
 const MAX_HEADERS: usize = 100;
 
-/// Reads until the first request is known to be an SSE read or not.
-/// Most connections are decided by their first four bytes.
-pub async fn read_first_request<I: AsyncRead + Unpin>(
+/// Reads until the next request is known to be served here or not. Most
+/// requests for hyper are decided by their first bytes.
+pub async fn read_request<I: AsyncRead + Unpin>(
     io: &mut I,
     header_timeout: Duration,
-) -> FirstRequest {
+) -> NextRequest {
     let mut buffer = BytesMut::with_capacity(1024);
     let read = async {
         loop {
@@ -51,77 +59,79 @@ pub async fn read_first_request<I: AsyncRead + Unpin>(
                 return decision;
             }
             if buffer.len() >= HEAD_LIMIT {
-                return FirstRequest::Other(buffer.split().freeze());
+                return NextRequest::Other(buffer.split().freeze());
             }
             buffer.reserve(1024);
             match io.read_buf(&mut buffer).await {
-                Ok(0) | Err(_) => return FirstRequest::Gone,
+                Ok(0) | Err(_) if buffer.is_empty() => return NextRequest::Gone,
+                // A partial head and then nothing: hyper answers it.
+                Ok(0) | Err(_) => return NextRequest::Other(buffer.split().freeze()),
                 Ok(_) => {}
             }
         }
     };
     tokio::time::timeout(header_timeout, read)
         .await
-        .unwrap_or(FirstRequest::Gone)
+        .unwrap_or(NextRequest::Gone)
 }
 
 /// `None` while more bytes are needed to decide.
-fn classify(bytes: &[u8]) -> Option<FirstRequest> {
-    let other = || Some(FirstRequest::Other(Bytes::copy_from_slice(bytes)));
-    let prefix = b"GET ";
-    if bytes.len() < prefix.len() {
-        return if prefix.starts_with(bytes) {
-            None
-        } else {
-            other()
-        };
-    }
-    if !bytes.starts_with(prefix) {
+fn classify(bytes: &[u8]) -> Option<NextRequest> {
+    let other = || Some(NextRequest::Other(Bytes::copy_from_slice(bytes)));
+    let method = if bytes.starts_with(b"GET ") {
+        Method::GET
+    } else if bytes.starts_with(b"HEAD ") {
+        Method::HEAD
+    } else if b"GET ".starts_with(bytes) || b"HEAD ".starts_with(bytes) {
+        return None;
+    } else {
         return other();
-    }
-    let line_end = bytes.iter().position(|b| *b == b'\n')?;
-    let target = bytes[prefix.len()..line_end]
-        .split(|b| *b == b' ')
-        .next()
-        .unwrap_or_default();
-    if !is_sse_target(target) {
-        return other();
-    }
+    };
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut headers);
     match parsed.parse(bytes) {
         Ok(httparse::Status::Partial) => None,
         // Pipelined bytes after the head: hyper sorts those out.
-        Ok(httparse::Status::Complete(len)) if len == bytes.len() => match sse_request(&parsed) {
-            Some(request) => Some(FirstRequest::Sse(Box::new(request))),
-            None => other(),
-        },
+        Ok(httparse::Status::Complete(len)) if len == bytes.len() => {
+            let Some((request, keep_alive)) = bodiless_request(&parsed, method) else {
+                return other();
+            };
+            let sse = request.method() == Method::GET
+                && is_sse_target(request.uri().path(), request.uri().query());
+            Some(if sse {
+                NextRequest::Sse(Box::new(request))
+            } else {
+                NextRequest::Plain {
+                    request: Box::new(request),
+                    keep_alive,
+                }
+            })
+        }
         Ok(httparse::Status::Complete(_)) | Err(_) => other(),
     }
 }
 
 /// A stream path whose query has `live=sse`.
-fn is_sse_target(target: &[u8]) -> bool {
-    let Ok(target) = std::str::from_utf8(target) else {
-        return false;
-    };
-    let Some((path, query)) = target.split_once('?') else {
-        return false;
-    };
-    path.starts_with(STREAM_PREFIX) && query.split('&').any(|p| p == "live=sse")
+fn is_sse_target(path: &str, query: Option<&str>) -> bool {
+    path.starts_with(STREAM_PREFIX) && query.is_some_and(|q| q.split('&').any(|p| p == "live=sse"))
 }
 
-/// The request to hand the application, or `None` for what this path
-/// does not serve: HTTP/1.0, a body, `Expect`, `Upgrade`, or headers
-/// the `http` types reject (hyper answers those).
-fn sse_request(parsed: &httparse::Request<'_, '_>) -> Option<Request<Body>> {
+/// The request to hand the application and whether the connection stays
+/// open after it, or `None` for what this path does not serve: HTTP/1.0,
+/// a body, `Expect`, `Upgrade`, or headers the `http` types reject
+/// (hyper answers those).
+fn bodiless_request(
+    parsed: &httparse::Request<'_, '_>,
+    method: Method,
+) -> Option<(Request<Body>, bool)> {
     if parsed.version != Some(1) {
         return None;
     }
     let mut request = Request::builder()
-        .method(Method::GET)
+        .method(method)
         .uri(parsed.path?)
         .version(Version::HTTP_11);
+    let mut keep_alive = true;
     for header in parsed.headers.iter() {
         let name = header.name.to_ascii_lowercase();
         let empty_length = name == "content-length" && header.value.trim_ascii() == b"0";
@@ -133,9 +143,17 @@ fn sse_request(parsed: &httparse::Request<'_, '_>) -> Option<Request<Body>> {
         {
             return None;
         }
+        if name == "connection"
+            && header
+                .value
+                .split(|b| *b == b',')
+                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+        {
+            keep_alive = false;
+        }
         request = request.header(header.name, header.value);
     }
-    request.body(Body::empty()).ok()
+    Some((request.body(Body::empty()).ok()?, keep_alive))
 }
 
 /// A connection with bytes already read from it put back in front.
@@ -200,7 +218,7 @@ impl<I: AsyncWrite + Unpin> AsyncWrite for Rewind<I> {
 mod tests {
     use super::*;
 
-    fn decide(bytes: &[u8]) -> Option<FirstRequest> {
+    fn decide(bytes: &[u8]) -> Option<NextRequest> {
         classify(bytes)
     }
 
@@ -209,7 +227,7 @@ mod tests {
 
     #[test]
     fn an_sse_read_is_recognised_with_its_headers() {
-        let Some(FirstRequest::Sse(request)) = decide(SSE) else {
+        let Some(NextRequest::Sse(request)) = decide(SSE) else {
             panic!("not taken as SSE");
         };
         assert_eq!(request.uri(), "/v1/stream/a/b?offset=-1&live=sse");
@@ -229,13 +247,12 @@ mod tests {
         for (bytes, why) in [
             (&b"POST /v1/stream/a HTTP/1.1\r\n"[..], "method"),
             (b"GE", "undecided"),
+            (b"HEA", "undecided"),
             (b"GXT", "not GET"),
-            (b"GET /v1/stream/a?offset=-1 HTTP/1.1\r\n", "catch-up read"),
-            (b"GET /v1/stream/a?live=long-poll HTTP/1.1\r\n", "long-poll"),
-            (b"GET /health?live=sse HTTP/1.1\r\n", "not a stream"),
+            (b"PUT /v1/stream/a HTTP/1.1\r\n", "method"),
         ] {
             match decide(bytes) {
-                Some(FirstRequest::Other(kept)) => assert_eq!(&kept[..], bytes, "{why}"),
+                Some(NextRequest::Other(kept)) => assert_eq!(&kept[..], bytes, "{why}"),
                 None => assert_eq!(why, "undecided"),
                 other => panic!("{why}: {other:?}"),
             }
@@ -243,7 +260,44 @@ mod tests {
     }
 
     #[test]
-    fn sse_heads_this_path_does_not_serve_go_to_hyper() {
+    fn plain_reads_are_served_here_and_say_whether_to_keep_the_connection() {
+        for (head, method, keep_alive) in [
+            (
+                &b"GET /v1/stream/a?offset=-1 HTTP/1.1\r\nHost: x\r\n\r\n"[..],
+                Method::GET,
+                true,
+            ),
+            (
+                b"GET /v1/stream/a?live=long-poll HTTP/1.1\r\n\r\n",
+                Method::GET,
+                true,
+            ),
+            (b"GET /health?live=sse HTTP/1.1\r\n\r\n", Method::GET, true),
+            (b"HEAD /v1/stream/a HTTP/1.1\r\n\r\n", Method::HEAD, true),
+            (
+                b"GET /health HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n",
+                Method::GET,
+                false,
+            ),
+        ] {
+            let text = String::from_utf8_lossy(head);
+            for end in 0..head.len() {
+                assert!(decide(&head[..end]).is_none(), "{text} decided at {end}");
+            }
+            let Some(NextRequest::Plain {
+                request,
+                keep_alive: keeps,
+            }) = decide(head)
+            else {
+                panic!("not served here: {text}");
+            };
+            assert_eq!(request.method(), method, "{text}");
+            assert_eq!(keeps, keep_alive, "{text}");
+        }
+    }
+
+    #[test]
+    fn heads_this_path_does_not_serve_go_to_hyper() {
         for head in [
             &b"GET /v1/stream/a?live=sse HTTP/1.0\r\n\r\n"[..],
             b"GET /v1/stream/a?live=sse HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc",
@@ -251,15 +305,18 @@ mod tests {
             b"GET /v1/stream/a?live=sse HTTP/1.1\r\nexpect: 100-continue\r\n\r\n",
             b"GET /v1/stream/a?live=sse HTTP/1.1\r\n\r\nGET /v1/stream/a HTTP/1.1\r\n\r\n",
             b"GET /v1/stream/a?live=sse HTTP/1.1\r\nbad header\r\n\r\n",
+            b"HEAD /v1/stream/a HTTP/1.0\r\n\r\n",
+            b"GET /v1/stream/a HTTP/1.1\r\nupgrade: websocket\r\n\r\n",
+            b"GET /v1/stream/a HTTP/1.1\r\n\r\nGET /v1/stream/a HTTP/1.1\r\n\r\n",
         ] {
             assert!(
-                matches!(decide(head), Some(FirstRequest::Other(_))),
+                matches!(decide(head), Some(NextRequest::Other(_))),
                 "{}",
                 String::from_utf8_lossy(head)
             );
         }
         let empty_body = b"GET /v1/stream/a?live=sse HTTP/1.1\r\ncontent-length: 0\r\n\r\n";
-        assert!(matches!(decide(empty_body), Some(FirstRequest::Sse(_))));
+        assert!(matches!(decide(empty_body), Some(NextRequest::Sse(_))));
     }
 
     #[tokio::test]

@@ -8,6 +8,7 @@
 
 pub mod connection;
 pub mod cursor;
+pub mod direct_connection;
 pub mod error;
 pub mod forward;
 pub mod handlers;
@@ -15,7 +16,6 @@ pub mod headers;
 pub mod listener;
 pub mod memory;
 pub mod middleware;
-pub mod sse_connection;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -135,10 +135,11 @@ pub fn router(node: Arc<dyn NodeEngine>, config: ServerConfig) -> Router {
 /// Serves `app` on `listener` with `config`'s connection limits until
 /// `shutdown` resolves, then lets open requests finish (at most 10 s).
 ///
-/// The accept loop is Runnel's own rather than `axum::serve`: a connection
-/// whose first request is an SSE read is served without hyper
-/// ([`connection`]), and hyper's per-connection buffers are kept at their
-/// smallest for the rest.
+/// The accept loop is Runnel's own rather than `axum::serve`: bodiless
+/// `GET` and `HEAD` requests, SSE reads among them, are served without
+/// hyper ([`connection`]) until a connection carries anything else; from
+/// then on hyper serves it, with its per-connection buffers at their
+/// smallest.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: &ServerConfig,
@@ -146,7 +147,7 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::Listener;
-    use connection::FirstRequest;
+    use connection::NextRequest;
     use hyper::server::conn::http1::Builder;
     use hyper_util::rt::{TokioIo, TokioTimer};
     use hyper_util::service::TowerToHyperService;
@@ -166,8 +167,8 @@ pub async fn serve(
         .timer(TokioTimer::new())
         .header_read_timeout(HEADER_READ_TIMEOUT);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    // SSE connections served outside hyper end when this turns true; each
-    // holds a receiver, so the sender sees when the last one is gone.
+    // Connections served outside hyper end when this turns true; each holds
+    // a receiver, so the sender sees when the last one is gone.
     let (stop_sse, sse_stopped) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
@@ -182,28 +183,47 @@ pub async fn serve(
             sse_stopped.clone(),
         );
         tokio::spawn(async move {
-            // A connection still silent at shutdown is closed, as hyper
-            // closes its idle ones.
-            let first = tokio::select! {
-                first = connection::read_first_request(&mut io, HEADER_READ_TIMEOUT) => first,
-                _ = stop.wait_for(|stopping| *stopping) => FirstRequest::Gone,
-            };
-            match first {
-                FirstRequest::Sse(request) => {
-                    if let Err(e) = sse_connection::serve(io, app, *request, stop).await {
-                        tracing::debug!(error = %e, "SSE connection ended with an error");
+            loop {
+                // A connection still silent at shutdown (or idle between
+                // requests) is closed, as hyper closes its idle ones.
+                let next = tokio::select! {
+                    next = connection::read_request(&mut io, HEADER_READ_TIMEOUT) => next,
+                    _ = stop.wait_for(|stopping| *stopping) => NextRequest::Gone,
+                };
+                match next {
+                    NextRequest::Sse(request) => {
+                        if let Err(e) = direct_connection::serve(io, app, *request, stop).await {
+                            tracing::debug!(error = %e, "SSE connection ended with an error");
+                        }
+                        return;
                     }
-                }
-                FirstRequest::Other(prefix) => {
-                    drop(stop);
-                    let io = TokioIo::new(connection::Rewind::new(prefix, io));
-                    let service = TowerToHyperService::new(app);
-                    let served = watcher.watch(builder.serve_connection(io, service));
-                    if let Err(e) = served.await {
-                        tracing::debug!(error = %e, "connection ended with an error");
+                    NextRequest::Plain {
+                        request,
+                        keep_alive,
+                    } => {
+                        match direct_connection::answer(&mut io, app.clone(), *request, keep_alive)
+                            .await
+                        {
+                            Ok(true) => continue,
+                            Ok(false) => return,
+                            Err(e) => {
+                                tracing::debug!(error = %e, "connection ended with an error");
+                                return;
+                            }
+                        }
                     }
+                    NextRequest::Other(prefix) => {
+                        drop(stop);
+                        let io = TokioIo::new(connection::Rewind::new(prefix, io));
+                        let service = TowerToHyperService::new(app);
+                        let served = watcher.watch(builder.serve_connection(io, service));
+                        if let Err(e) = served.await {
+                            tracing::debug!(error = %e, "connection ended with an error");
+                        }
+                        return;
+                    }
+                    NextRequest::Gone => return,
                 }
-                FirstRequest::Gone => {}
             }
         });
     }

@@ -1,0 +1,433 @@
+//! Requests served without hyper (see [`crate::connection`] for which):
+//! the application answers them as usual, and this module writes the
+//! response head and the body straight to the socket, each body frame as
+//! one HTTP chunk when the length is not known. It holds no buffer between
+//! requests or between events, only the response body and the socket.
+//!
+//! An SSE response says `Connection: close` and the connection ends with
+//! the event stream (SSE clients reconnect by offset anyway). A peer that
+//! closes is noticed while the stream is idle; the server's shutdown ends
+//! the stream cleanly. Other responses keep the connection for the next
+//! request unless the client asked to close it.
+
+use std::io::{self, IoSlice};
+use std::time::SystemTime;
+
+use axum::body::Body;
+use axum::response::Response;
+use axum::Router;
+use http::{header, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tower::ServiceExt;
+
+async fn respond(app: Router, request: Request<Body>) -> Response {
+    match app.oneshot(request).await {
+        Ok(response) => response,
+        Err(never) => match never {},
+    }
+}
+
+/// Serves the SSE `request` on `io` until the response ends, the peer goes
+/// or `shutdown` turns true, then closes the connection.
+pub async fn serve<I: AsyncRead + AsyncWrite + Unpin>(
+    mut io: I,
+    app: Router,
+    request: Request<Body>,
+    mut shutdown: watch::Receiver<bool>,
+) -> io::Result<()> {
+    let (parts, body) = respond(app, request).await.into_parts();
+    let framing = Framing::of(parts.status, axum::body::HttpBody::size_hint(&body).exact());
+    let head = render_head(&parts, framing, true);
+    drop(parts);
+    io.write_all(&head).await?;
+    drop(head);
+
+    let mut body = std::pin::pin!(body);
+    // Made once: every connection waits on the same shutdown signal, and
+    // re-registering with it around every event would contend on its lock.
+    let mut stopping = std::pin::pin!(shutdown.wait_for(|stop| *stop));
+    // Reads only to notice the peer closing; a client has nothing more to
+    // say on this connection.
+    let mut probe = [0u8; 64];
+    loop {
+        let frame = tokio::select! {
+            frame = body.frame() => frame,
+            read = io.read(&mut probe) => match read {
+                Ok(0) | Err(_) => return Ok(()),
+                Ok(_) => continue,
+            },
+            _ = &mut stopping => None,
+        };
+        match frame {
+            None => break,
+            // The body failed mid-stream: cut the connection without the
+            // last chunk, so the client knows the answer is incomplete.
+            Some(Err(_)) => return Ok(()),
+            Some(Ok(frame)) => {
+                if let Ok(data) = frame.into_data() {
+                    write_framed(&mut io, &[], framing, &data).await?;
+                }
+            }
+        }
+    }
+    if framing == Framing::Chunked {
+        io.write_all(b"0\r\n\r\n").await?;
+    }
+    io.shutdown().await
+}
+
+/// Answers one bodiless `GET` or `HEAD`. Returns whether the connection
+/// can carry the next request (false: it was closed).
+pub async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
+    io: &mut I,
+    app: Router,
+    request: Request<Body>,
+    keep_alive: bool,
+) -> io::Result<bool> {
+    let head_only = request.method() == Method::HEAD;
+    let (parts, body) = respond(app, request).await.into_parts();
+    let framing = Framing::of(parts.status, axum::body::HttpBody::size_hint(&body).exact());
+    // Sent with the first body bytes, in one `writev`.
+    let mut head = Some(render_head(&parts, framing, !keep_alive));
+    drop(parts);
+    if !head_only {
+        let mut body = std::pin::pin!(body);
+        // No reads while the body goes out: the client may already be
+        // sending its next request. A client that stops reading is cut
+        // off by the listener's write-stall timeout.
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                // Cut short: the client sees an incomplete answer.
+                if let Some(head) = head.take() {
+                    io.write_all(&head).await?;
+                }
+                io.shutdown().await?;
+                return Ok(false);
+            };
+            if let Ok(data) = frame.into_data() {
+                if !data.is_empty() {
+                    let head = head.take().unwrap_or_default();
+                    write_framed(io, &head, framing, &data).await?;
+                }
+            }
+        }
+    }
+    if let Some(head) = head.take() {
+        io.write_all(&head).await?;
+    }
+    if framing == Framing::Chunked && !head_only {
+        io.write_all(b"0\r\n\r\n").await?;
+    }
+    if !keep_alive {
+        io.shutdown().await?;
+    }
+    Ok(keep_alive)
+}
+
+/// Writes `head` (possibly empty) and then `data` framed per `framing`, in
+/// as few `writev` calls as the socket allows and without copying.
+async fn write_framed<W: AsyncWrite + Unpin>(
+    io: &mut W,
+    head: &[u8],
+    framing: Framing,
+    data: &[u8],
+) -> io::Result<()> {
+    let mut size_line = [0u8; 18];
+    let (size_line, data, end): (&[u8], &[u8], &[u8]) = match framing {
+        Framing::Chunked if !data.is_empty() => {
+            (chunk_size_line(data.len(), &mut size_line), data, b"\r\n")
+        }
+        Framing::Length(_) => (&[], data, &[]),
+        Framing::Chunked | Framing::None => (&[], &[], &[]),
+    };
+    let mut slices = [
+        IoSlice::new(head),
+        IoSlice::new(size_line),
+        IoSlice::new(data),
+        IoSlice::new(end),
+    ];
+    let mut remaining = &mut slices[..];
+    while remaining.iter().any(|slice| !slice.is_empty()) {
+        let written = io.write_vectored(remaining).await?;
+        if written == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+        IoSlice::advance_slices(&mut remaining, written);
+    }
+    Ok(())
+}
+
+/// How the body is delimited.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Framing {
+    /// No body allowed (204, 304).
+    None,
+    Length(u64),
+    Chunked,
+}
+
+impl Framing {
+    fn of(status: StatusCode, exact_len: Option<u64>) -> Framing {
+        if status == StatusCode::NO_CONTENT || status == StatusCode::NOT_MODIFIED {
+            Framing::None
+        } else if let Some(len) = exact_len {
+            Framing::Length(len)
+        } else {
+            Framing::Chunked
+        }
+    }
+}
+
+/// Status line and headers, with `Date`, the framing header and, when
+/// `close`, `Connection: close`.
+fn render_head(parts: &http::response::Parts, framing: Framing, close: bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(parts.status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(
+        parts
+            .status
+            .canonical_reason()
+            .unwrap_or("Unknown")
+            .as_bytes(),
+    );
+    out.extend_from_slice(b"\r\n");
+    for (name, value) in &parts.headers {
+        if matches!(
+            *name,
+            header::CONNECTION | header::TRANSFER_ENCODING | header::CONTENT_LENGTH
+        ) {
+            continue;
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !parts.headers.contains_key(header::DATE) {
+        out.extend_from_slice(b"date: ");
+        out.extend_from_slice(httpdate::fmt_http_date(SystemTime::now()).as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if close {
+        out.extend_from_slice(b"connection: close\r\n");
+    }
+    match framing {
+        Framing::None => {}
+        Framing::Length(len) => {
+            out.extend_from_slice(format!("content-length: {len}\r\n").as_bytes())
+        }
+        Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
+    }
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// `{len:x}\r\n` into `buf`, without allocating.
+fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut digits = [0u8; 16];
+    let mut n = len;
+    let mut count = 0;
+    loop {
+        digits[count] = HEX[n & 0xf];
+        count += 1;
+        n >>= 4;
+        if n == 0 {
+            break;
+        }
+    }
+    for i in 0..count {
+        buf[i] = digits[count - 1 - i];
+    }
+    buf[count] = b'\r';
+    buf[count + 1] = b'\n';
+    &buf[..count + 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::routing::get;
+    use bytes::Bytes;
+    use futures::StreamExt;
+    use std::convert::Infallible;
+
+    #[test]
+    fn chunk_size_lines_are_lowercase_hex() {
+        let mut buf = [0u8; 18];
+        assert_eq!(chunk_size_line(0, &mut buf), b"0\r\n");
+        assert_eq!(chunk_size_line(255, &mut buf), b"ff\r\n");
+        assert_eq!(chunk_size_line(4096, &mut buf), b"1000\r\n");
+        assert_eq!(
+            chunk_size_line(usize::MAX, &mut buf),
+            b"ffffffffffffffff\r\n"
+        );
+    }
+
+    /// Everything an SSE-style `serve` of `GET /x` writes.
+    async fn served(app: Router) -> String {
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (_stop, stop) = watch::channel(false);
+        let request = Request::get("/x").body(Body::empty()).unwrap();
+        serve(server, app, request, stop).await.unwrap();
+        let mut client = client;
+        let mut all = String::new();
+        client.read_to_string(&mut all).await.unwrap();
+        all
+    }
+
+    #[tokio::test]
+    async fn a_streamed_body_is_sent_as_chunks_and_terminated() {
+        let app = Router::new().route(
+            "/x",
+            get(|| async {
+                let events = futures::stream::iter(["event: a\n\n", "", "event: bb\n\n"])
+                    .map(|s| Ok::<_, Infallible>(Bytes::from_static(s.as_bytes())));
+                Body::from_stream(events)
+            }),
+        );
+        let all = served(app).await;
+        let (head, body) = all.split_once("\r\n\r\n").unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
+        assert!(head.contains("\r\ntransfer-encoding: chunked"), "{head}");
+        assert!(head.contains("\r\nconnection: close"), "{head}");
+        assert!(head.contains("\r\ndate: "), "{head}");
+        assert!(!head.contains("content-length"), "{head}");
+        assert_eq!(body, "a\r\nevent: a\n\n\r\nb\r\nevent: bb\n\n\r\n0\r\n\r\n");
+    }
+
+    #[tokio::test]
+    async fn a_sized_body_is_sent_with_its_length() {
+        let app = Router::new().route(
+            "/x",
+            get(|| async { (StatusCode::NOT_FOUND, "no such stream") }),
+        );
+        let all = served(app).await;
+        assert!(all.starts_with("HTTP/1.1 404 Not Found\r\n"), "{all}");
+        assert!(all.contains("\r\ncontent-length: 14\r\n"), "{all}");
+        assert!(all.ends_with("\r\n\r\nno such stream"), "{all}");
+    }
+
+    /// Answers `requests` in turn on one connection as the accept loop
+    /// does, then returns all the client received and whether the
+    /// connection stayed open for more.
+    async fn answered(app: Router, requests: Vec<(Request<Body>, bool)>) -> (String, bool) {
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        let mut open = true;
+        for (request, keep_alive) in requests {
+            open = super::answer(&mut server, app.clone(), request, keep_alive)
+                .await
+                .unwrap();
+        }
+        drop(server);
+        let mut all = String::new();
+        client.read_to_string(&mut all).await.unwrap();
+        (all, open)
+    }
+
+    fn plain_app() -> Router {
+        Router::new()
+            .route("/sized", get(|| async { "hello" }))
+            .route(
+                "/streamed",
+                get(|| async {
+                    let parts = futures::stream::iter(["ab", "", "cde"])
+                        .map(|s| Ok::<_, Infallible>(Bytes::from_static(s.as_bytes())));
+                    Body::from_stream(parts)
+                }),
+            )
+            .route("/empty", get(|| async { StatusCode::NO_CONTENT }))
+    }
+
+    #[tokio::test]
+    async fn kept_alive_answers_follow_each_other_without_closing() {
+        let requests = ["/sized", "/streamed", "/empty", "/sized"]
+            .into_iter()
+            .map(|path| (Request::get(path).body(Body::empty()).unwrap(), true))
+            .collect();
+        let (all, open) = answered(plain_app(), requests).await;
+        assert!(open);
+        assert!(!all.contains("connection: close"), "{all}");
+        let answers: Vec<&str> = all.split("HTTP/1.1 ").skip(1).collect();
+        assert_eq!(answers.len(), 4, "{all}");
+        assert!(answers[0].starts_with("200 OK\r\n"), "{all}");
+        assert!(answers[0].contains("content-length: 5\r\n"), "{all}");
+        assert!(answers[0].ends_with("\r\n\r\nhello"), "{all}");
+        assert!(
+            answers[1].contains("transfer-encoding: chunked\r\n"),
+            "{all}"
+        );
+        assert!(
+            answers[1].ends_with("\r\n\r\n2\r\nab\r\n3\r\ncde\r\n0\r\n\r\n"),
+            "{all}"
+        );
+        assert!(answers[2].starts_with("204 No Content\r\n"), "{all}");
+        assert!(!answers[2].contains("content-length"), "{all}");
+        assert!(answers[2].ends_with("\r\n\r\n"), "{all}");
+        assert!(answers[3].ends_with("\r\n\r\nhello"), "{all}");
+    }
+
+    #[tokio::test]
+    async fn a_head_answer_has_the_length_but_no_body() {
+        let request = Request::head("/sized").body(Body::empty()).unwrap();
+        let (all, open) = answered(plain_app(), vec![(request, true)]).await;
+        assert!(open);
+        assert!(all.starts_with("HTTP/1.1 200 OK\r\n"), "{all}");
+        assert!(all.ends_with("\r\n\r\n"), "{all}");
+        assert!(!all.contains("hello"), "{all}");
+    }
+
+    #[tokio::test]
+    async fn a_client_that_asks_to_close_gets_its_answer_and_the_close() {
+        let request = Request::get("/sized").body(Body::empty()).unwrap();
+        let (all, open) = answered(plain_app(), vec![(request, false)]).await;
+        assert!(!open);
+        assert!(all.contains("\r\nconnection: close\r\n"), "{all}");
+        assert!(all.ends_with("\r\n\r\nhello"), "{all}");
+    }
+
+    /// An app whose response body never yields: an idle SSE stream.
+    fn endless_stream() -> Router {
+        Router::new().route(
+            "/x",
+            get(|| async {
+                Body::from_stream(futures::stream::pending::<Result<Bytes, Infallible>>())
+            }),
+        )
+    }
+
+    #[tokio::test]
+    async fn a_peer_closing_ends_an_idle_stream() {
+        let app = endless_stream();
+        let (client, server) = tokio::io::duplex(1 << 16);
+        let (_stop, stop) = watch::channel(false);
+        let request = Request::get("/x").body(Body::empty()).unwrap();
+        let served = tokio::spawn(serve(server, app, request, stop));
+        drop(client);
+        tokio::time::timeout(std::time::Duration::from_secs(5), served)
+            .await
+            .expect("the connection ends when its peer goes")
+            .unwrap()
+            .ok();
+    }
+
+    #[tokio::test]
+    async fn shutdown_ends_the_stream_with_its_last_chunk() {
+        let app = endless_stream();
+        let (mut client, server) = tokio::io::duplex(1 << 16);
+        let (stop_tx, stop) = watch::channel(false);
+        let request = Request::get("/x").body(Body::empty()).unwrap();
+        let served = tokio::spawn(serve(server, app, request, stop));
+        let mut head = [0u8; 12];
+        client.read_exact(&mut head).await.unwrap();
+        stop_tx.send(true).unwrap();
+        served.await.unwrap().unwrap();
+        let mut rest = String::new();
+        client.read_to_string(&mut rest).await.unwrap();
+        assert!(rest.ends_with("\r\n\r\n0\r\n\r\n"), "{rest}");
+    }
+}
