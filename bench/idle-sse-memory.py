@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Resident memory a runnel server spends per idle SSE connection.
+"""Resident memory a runnel server spends per idle SSE connection (or
+long-poll, with `long-poll` as the second argument).
 
 Starts `runnel serve` on a free port, opens 1,000 warm-up connections,
-then 10,000 idle SSE readers on one stream, and reports the growth of the
+then 10,000 idle readers on one stream, and reports the growth of the
 server's VmRSS divided by 10,000.
 
-    bench/idle-sse-memory.py [path/to/runnel]
+    bench/idle-sse-memory.py [path/to/runnel] [sse|long-poll]
 """
 import os
 import resource
@@ -16,6 +17,9 @@ import tempfile
 import time
 
 binary = sys.argv[1] if len(sys.argv) > 1 else "target/release/runnel"
+live = sys.argv[2] if len(sys.argv) > 2 else "sse"
+if live not in ("sse", "long-poll"):
+    sys.exit(f"unknown live mode {live!r}: sse or long-poll")
 soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
 resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 probe = socket.socket()
@@ -44,7 +48,7 @@ try:
 
     create = connect(b"PUT /v1/stream/idle HTTP/1.1\r\nhost: x\r\ncontent-type: text/plain\r\ncontent-length: 0\r\n\r\n")
     create.recv(1000)
-    sse = b"GET /v1/stream/idle?offset=now&live=sse HTTP/1.1\r\nhost: x\r\n\r\n"
+    sse = f"GET /v1/stream/idle?offset=now&live={live} HTTP/1.1\r\nhost: x\r\n\r\n".encode()
     held = [connect(sse) for _ in range(1000)]
     time.sleep(1)
     before = rss_kib()
@@ -52,7 +56,7 @@ try:
     time.sleep(2)
     after = rss_kib()
     print(f"RSS {before} KiB with 1,000 readers, {after} KiB with 11,000: "
-          f"{(after - before) / 10000:.2f} KiB per idle SSE connection")
+          f"{(after - before) / 10000:.2f} KiB per idle {live} connection")
 finally:
     server.kill()
     server.wait()
