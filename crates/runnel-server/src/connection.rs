@@ -48,11 +48,16 @@ const MAX_HEADERS: usize = 100;
 
 /// Reads until the next request is known to be served here or not. Most
 /// requests for hyper are decided by their first bytes.
+/// `received` holds bytes of it that already arrived (while the previous
+/// answer was prepared).
 pub async fn read_request<I: AsyncRead + Unpin>(
     io: &mut I,
+    received: Bytes,
     header_timeout: Duration,
 ) -> NextRequest {
-    let mut buffer = BytesMut::with_capacity(1024);
+    let mut buffer = BytesMut::with_capacity(1024.max(received.len()));
+    buffer.extend_from_slice(&received);
+    drop(received);
     let read = async {
         loop {
             if let Some(decision) = classify(&buffer) {

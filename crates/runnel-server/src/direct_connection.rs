@@ -16,6 +16,7 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::response::Response;
 use axum::Router;
+use bytes::{Bytes, BytesMut};
 use http::{header, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -78,16 +79,44 @@ pub async fn serve<I: AsyncRead + AsyncWrite + Unpin>(
     io.shutdown().await
 }
 
-/// Answers one bodiless `GET` or `HEAD`. Returns whether the connection
-/// can carry the next request (false: it was closed).
+/// What became of a connection after an answer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum AfterAnswer {
+    /// Ready for the next request, of which these bytes already arrived.
+    KeepAlive(Bytes),
+    /// Closed: asked for, the peer went, or the answer was cut short.
+    Closed,
+}
+
+/// Answers one bodiless `GET` or `HEAD`.
+///
+/// While the application works on the answer (a long-poll can wait for
+/// many seconds) the socket is watched: a peer that closes drops the
+/// request at once, as hyper does, and bytes of a next request are kept
+/// for it.
 pub async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
     io: &mut I,
     app: Router,
     request: Request<Body>,
     keep_alive: bool,
-) -> io::Result<bool> {
+) -> io::Result<AfterAnswer> {
     let head_only = request.method() == Method::HEAD;
-    let (parts, body) = respond(app, request).await.into_parts();
+    let mut received = BytesMut::new();
+    let response = {
+        let mut responding = std::pin::pin!(respond(app, request));
+        loop {
+            tokio::select! {
+                response = &mut responding => break response,
+                read = io.read_buf(&mut received), if received.len() < MAX_EARLY_BYTES => {
+                    match read {
+                        Ok(0) | Err(_) => return Ok(AfterAnswer::Closed),
+                        Ok(_) => continue,
+                    }
+                }
+            }
+        }
+    };
+    let (parts, body) = response.into_parts();
     let framing = Framing::of(parts.status, axum::body::HttpBody::size_hint(&body).exact());
     // Sent with the first body bytes, in one `writev`.
     let mut head = Some(render_head(&parts, framing, !keep_alive));
@@ -104,7 +133,7 @@ pub async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
                     io.write_all(&head).await?;
                 }
                 io.shutdown().await?;
-                return Ok(false);
+                return Ok(AfterAnswer::Closed);
             };
             if let Ok(data) = frame.into_data() {
                 if !data.is_empty() {
@@ -122,9 +151,14 @@ pub async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
     }
     if !keep_alive {
         io.shutdown().await?;
+        return Ok(AfterAnswer::Closed);
     }
-    Ok(keep_alive)
+    Ok(AfterAnswer::KeepAlive(received.freeze()))
 }
+
+/// Most bytes of a next request read while an answer is prepared; past
+/// them the peer is no longer watched until the answer is sent.
+const MAX_EARLY_BYTES: usize = 8192;
 
 /// Writes `head` (possibly empty) and then `data` framed per `framing`, in
 /// as few `writev` calls as the socket allows and without copying.
@@ -252,7 +286,6 @@ fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
 mod tests {
     use super::*;
     use axum::routing::get;
-    use bytes::Bytes;
     use futures::StreamExt;
     use std::convert::Infallible;
 
@@ -319,9 +352,10 @@ mod tests {
         let (mut client, mut server) = tokio::io::duplex(1 << 16);
         let mut open = true;
         for (request, keep_alive) in requests {
-            open = super::answer(&mut server, app.clone(), request, keep_alive)
+            let after = super::answer(&mut server, app.clone(), request, keep_alive)
                 .await
                 .unwrap();
+            open = after == AfterAnswer::KeepAlive(Bytes::new());
         }
         drop(server);
         let mut all = String::new();
@@ -388,6 +422,53 @@ mod tests {
         assert!(!open);
         assert!(all.contains("\r\nconnection: close\r\n"), "{all}");
         assert!(all.ends_with("\r\n\r\nhello"), "{all}");
+    }
+
+    #[tokio::test]
+    async fn a_peer_that_goes_while_its_answer_is_prepared_is_let_go() {
+        let app = Router::new().route(
+            "/wait",
+            get(|| async {
+                futures::future::pending::<()>().await;
+                "never"
+            }),
+        );
+        let (client, mut server) = tokio::io::duplex(1 << 16);
+        drop(client);
+        let request = Request::get("/wait").body(Body::empty()).unwrap();
+        let after = tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            super::answer(&mut server, app, request, true),
+        )
+        .await
+        .expect("a request whose peer is gone is dropped")
+        .unwrap();
+        assert_eq!(after, AfterAnswer::Closed);
+    }
+
+    #[tokio::test]
+    async fn bytes_of_the_next_request_sent_early_are_kept_for_it() {
+        let app = Router::new().route(
+            "/slow",
+            get(|| async {
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                "done"
+            }),
+        );
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        let answering = tokio::spawn(async move {
+            let request = Request::get("/slow").body(Body::empty()).unwrap();
+            super::answer(&mut server, app, request, true)
+                .await
+                .unwrap()
+        });
+        let next = b"GET /next HTTP/1.1\r\n\r\n";
+        client.write_all(next).await.unwrap();
+        let after = answering.await.unwrap();
+        assert_eq!(after, AfterAnswer::KeepAlive(Bytes::from_static(next)));
+        let mut answer = vec![0u8; 17];
+        client.read_exact(&mut answer).await.unwrap();
+        assert_eq!(&answer, b"HTTP/1.1 200 OK\r\n");
     }
 
     /// An app whose response body never yields: an idle SSE stream.

@@ -147,12 +147,9 @@ pub async fn serve(
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::Listener;
-    use connection::NextRequest;
     use hyper::server::conn::http1::Builder;
-    use hyper_util::rt::{TokioIo, TokioTimer};
-    use hyper_util::service::TowerToHyperService;
+    use hyper_util::rt::TokioTimer;
 
-    const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
     let mut listener = listener::LimitedListener::new(
         listener,
         config.max_connections,
@@ -169,69 +166,26 @@ pub async fn serve(
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Connections served outside hyper end when this turns true; each holds
     // a receiver, so the sender sees when the last one is gone.
-    let (stop_sse, sse_stopped) = tokio::sync::watch::channel(false);
+    let (stop_direct, direct_stopped) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (mut io, _peer) = tokio::select! {
+        let (io, _peer) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = &mut shutdown => break,
         };
-        let (app, builder, watcher, mut stop) = (
+        let (app, builder, watcher, stop) = (
             app.clone(),
             builder.clone(),
             graceful.watcher(),
-            sse_stopped.clone(),
+            direct_stopped.clone(),
         );
-        tokio::spawn(async move {
-            loop {
-                // A connection still silent at shutdown (or idle between
-                // requests) is closed, as hyper closes its idle ones.
-                let next = tokio::select! {
-                    next = connection::read_request(&mut io, HEADER_READ_TIMEOUT) => next,
-                    _ = stop.wait_for(|stopping| *stopping) => NextRequest::Gone,
-                };
-                match next {
-                    NextRequest::Sse(request) => {
-                        if let Err(e) = direct_connection::serve(io, app, *request, stop).await {
-                            tracing::debug!(error = %e, "SSE connection ended with an error");
-                        }
-                        return;
-                    }
-                    NextRequest::Plain {
-                        request,
-                        keep_alive,
-                    } => {
-                        match direct_connection::answer(&mut io, app.clone(), *request, keep_alive)
-                            .await
-                        {
-                            Ok(true) => continue,
-                            Ok(false) => return,
-                            Err(e) => {
-                                tracing::debug!(error = %e, "connection ended with an error");
-                                return;
-                            }
-                        }
-                    }
-                    NextRequest::Other(prefix) => {
-                        drop(stop);
-                        let io = TokioIo::new(connection::Rewind::new(prefix, io));
-                        let service = TowerToHyperService::new(app);
-                        let served = watcher.watch(builder.serve_connection(io, service));
-                        if let Err(e) = served.await {
-                            tracing::debug!(error = %e, "connection ended with an error");
-                        }
-                        return;
-                    }
-                    NextRequest::Gone => return,
-                }
-            }
-        });
+        tokio::spawn(serve_connection(io, app, builder, watcher, stop));
     }
-    drop(sse_stopped);
-    let _ = stop_sse.send(true);
+    drop(direct_stopped);
+    let _ = stop_direct.send(true);
     let drained = async {
         graceful.shutdown().await;
-        stop_sse.closed().await;
+        stop_direct.closed().await;
     };
     if tokio::time::timeout(Duration::from_secs(10), drained)
         .await
@@ -240,4 +194,67 @@ pub async fn serve(
         tracing::warn!("connections still open after 10 s of shutdown; closing them");
     }
     Ok(())
+}
+
+/// Longest wait for a request head, the first or the next on a kept-alive
+/// connection.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// One connection: requests served here one after another while they are
+/// bodiless reads ([`connection`]), then hyper for the rest of it.
+async fn serve_connection<I>(
+    mut io: I,
+    app: Router,
+    builder: hyper::server::conn::http1::Builder,
+    watcher: hyper_util::server::graceful::Watcher,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    use connection::NextRequest;
+    use hyper_util::rt::TokioIo;
+    use hyper_util::service::TowerToHyperService;
+
+    let mut received = bytes::Bytes::new();
+    loop {
+        // A connection still silent at shutdown (or idle between requests)
+        // is closed, as hyper closes its idle ones.
+        let reading = connection::read_request(&mut io, received, HEADER_READ_TIMEOUT);
+        let next = tokio::select! {
+            next = reading => next,
+            _ = stop.wait_for(|stopping| *stopping) => NextRequest::Gone,
+        };
+        match next {
+            NextRequest::Sse(request) => {
+                if let Err(e) = direct_connection::serve(io, app, *request, stop).await {
+                    tracing::debug!(error = %e, "SSE connection ended with an error");
+                }
+                return;
+            }
+            NextRequest::Plain {
+                request,
+                keep_alive,
+            } => {
+                match direct_connection::answer(&mut io, app.clone(), *request, keep_alive).await {
+                    Ok(direct_connection::AfterAnswer::KeepAlive(early)) => received = early,
+                    Ok(direct_connection::AfterAnswer::Closed) => return,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                        return;
+                    }
+                }
+            }
+            NextRequest::Other(prefix) => {
+                drop(stop);
+                let io = TokioIo::new(connection::Rewind::new(prefix, io));
+                let service = TowerToHyperService::new(app);
+                let served = watcher.watch(builder.serve_connection(io, service));
+                if let Err(e) = served.await {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                }
+                return;
+            }
+            NextRequest::Gone => return,
+        }
+    }
 }

@@ -347,3 +347,43 @@ async fn over_the_memory_limit_new_live_readers_get_503_and_others_are_served() 
         .unwrap();
     assert_eq!(r.status(), 200);
 }
+
+#[tokio::test]
+async fn a_long_poller_that_disconnects_frees_its_reader_slot_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &["--max-live-readers", "1", "--long-poll-timeout-ms", "20000"],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let url = server.stream_url("churn");
+    common::create_text(&client, &url, "").await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    for _ in 0..3 {
+        let mut poller = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let request = format!(
+            "GET /v1/stream/churn?offset=now&live=long-poll HTTP/1.1\r\nhost: {addr}\r\n\r\n"
+        );
+        poller.write_all(request.as_bytes()).await.unwrap();
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // The only slot is taken while the long-poll waits...
+        let r = client
+            .get(format!("{url}?offset=now&live=sse"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503);
+        // ...and free again as soon as its client goes.
+        drop(poller);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let r = client
+            .get(format!("{url}?offset=now&live=sse"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "the gone long-poller still holds its slot");
+        drop(r);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
