@@ -20,7 +20,7 @@ pub mod middleware;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::{any, get};
+use axum::routing::get;
 use axum::Router;
 use runnel_engine::NodeEngine;
 
@@ -126,8 +126,7 @@ pub fn router(node: Arc<dyn NodeEngine>, config: ServerConfig) -> Router {
     Router::new()
         .route("/health", get(handlers::health))
         .route("/_runnel/status", get(handlers::status))
-        .route("/v1/stream/{*name}", any(handlers::stream))
-        .fallback(handlers::not_found)
+        .fallback(handlers::stream_or_not_found)
         .layer(axum::middleware::from_fn(middleware::protocol_headers))
         .with_state(state)
 }

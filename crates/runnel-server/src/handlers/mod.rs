@@ -200,6 +200,17 @@ pub async fn not_found() -> Response {
     ApiError::NotFound.into_response()
 }
 
+/// Every path but the few fixed ones: stream requests under
+/// `/v1/stream/`, 404 for the rest. A fallback rather than a wildcard
+/// route, because [`stream`] decodes the path itself and a wildcard
+/// would have axum capture it too, for every request.
+pub async fn stream_or_not_found(state: State<AppState>, request: Request) -> Response {
+    match request.uri().path().strip_prefix(headers::STREAM_PREFIX) {
+        Some(name) if !name.is_empty() => stream(state, request).await,
+        _ => not_found().await,
+    }
+}
+
 /// Reads a request body up to the configured append limit.
 async fn body_bytes(app: &AppState, body: Body) -> Result<Bytes, ApiError> {
     body_bytes_up_to(app.config.max_append_bytes, body).await
