@@ -121,6 +121,7 @@ pub async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
     // Sent with the first body bytes, in one `writev`.
     let mut head = Some(render_head(&parts, framing, !keep_alive));
     drop(parts);
+    let mut sent = 0u64;
     if !head_only {
         let mut body = std::pin::pin!(body);
         // No reads while the body goes out: the client may already be
@@ -139,6 +140,7 @@ pub async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
                 if !data.is_empty() {
                     let head = head.take().unwrap_or_default();
                     write_framed(io, &head, framing, &data).await?;
+                    sent += data.len() as u64;
                 }
             }
         }
@@ -149,7 +151,10 @@ pub async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
     if framing == Framing::Chunked && !head_only {
         io.write_all(b"0\r\n\r\n").await?;
     }
-    if !keep_alive {
+    // A body that did not match its announced length leaves the client
+    // unable to tell where the next answer starts: close instead.
+    let length_kept = head_only || !matches!(framing, Framing::Length(len) if len != sent);
+    if !keep_alive || !length_kept {
         io.shutdown().await?;
         return Ok(AfterAnswer::Closed);
     }
