@@ -188,28 +188,20 @@ async fn connection_churn_leaves_no_memory_behind() {
 /// (measured at 10,000 by `bench/idle-sse-memory.py`); 2,000 here.
 #[tokio::test]
 async fn idle_sse_readers_cost_under_16_kib_each() {
-    let per_reader = idle_sse_memory_per_reader(false).await;
-    assert!(
-        per_reader < 16 << 10,
-        "{per_reader} bytes per idle SSE reader"
-    );
+    assert_idle_sse_readers_cost_under_16_kib(false).await;
 }
 
 /// Browsers reuse kept-alive connections: an SSE read that follows a
 /// catch-up read on the same connection costs as little.
 #[tokio::test]
 async fn idle_sse_readers_after_a_read_on_their_connection_cost_under_16_kib_each() {
-    let per_reader = idle_sse_memory_per_reader(true).await;
-    assert!(
-        per_reader < 16 << 10,
-        "{per_reader} bytes per idle SSE reader"
-    );
+    assert_idle_sse_readers_cost_under_16_kib(true).await;
 }
 
 /// Growth of the server's resident memory per idle SSE reader, over 2,000
-/// readers on raw connections; with `read_first`, each connection first
-/// carries a catch-up read of the (empty) stream.
-async fn idle_sse_memory_per_reader(read_first: bool) -> u64 {
+/// readers on raw connections, must stay under 16 KiB; with `read_first`,
+/// each connection first carries a catch-up read of the (empty) stream.
+async fn assert_idle_sse_readers_cost_under_16_kib(read_first: bool) {
     raise_open_file_limit();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]).await;
@@ -260,7 +252,10 @@ async fn idle_sse_memory_per_reader(read_first: bool) -> u64 {
     tokio::time::sleep(Duration::from_millis(300)).await;
     let per_reader = server.rss_bytes().saturating_sub(before) / 2_000;
     eprintln!("{per_reader} bytes of RSS per idle SSE reader (read first: {read_first})");
-    per_reader
+    assert!(
+        per_reader < 16 << 10,
+        "{per_reader} bytes per idle SSE reader (read first: {read_first})"
+    );
 }
 
 fn raise_open_file_limit() {
