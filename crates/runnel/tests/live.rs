@@ -25,6 +25,22 @@ async fn read_for(response: reqwest::Response, window: Duration) -> (String, boo
     }
 }
 
+/// A new SSE read of `url` from its tail.
+async fn sse_from_now(client: &reqwest::Client, url: &str) -> reqwest::Response {
+    client
+        .get(format!("{url}?offset=now&live=sse"))
+        .send()
+        .await
+        .unwrap()
+}
+
+/// Sends a bare `GET target` head on a raw connection, whose reading the
+/// test controls.
+async fn send_get(stream: &mut tokio::net::TcpStream, addr: &str, target: &str) {
+    let head = format!("GET {target} HTTP/1.1\r\nhost: {addr}\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.unwrap();
+}
+
 #[tokio::test]
 async fn sse_sends_keepalives_and_closes_after_its_maximum_duration() {
     let dir = tempfile::tempdir().unwrap();
@@ -37,11 +53,7 @@ async fn sse_sends_keepalives_and_closes_after_its_maximum_duration() {
     let url = server.stream_url("keepalive");
     common::create_text(&client, &url, "").await;
     let started = Instant::now();
-    let r = client
-        .get(format!("{url}?offset=now&live=sse"))
-        .send()
-        .await
-        .unwrap();
+    let r = sse_from_now(&client, &url).await;
     assert_eq!(r.status(), 200);
     let (text, ended) = read_for(r, Duration::from_secs(5)).await;
     assert!(
@@ -106,17 +118,11 @@ async fn a_reader_that_never_reads_is_cut_off_and_writers_carry_on() {
     // A client that sends the request and then never reads a byte.
     let addr = server.base.trim_start_matches("http://").to_string();
     let mut stuck = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    let request =
-        format!("GET /v1/stream/slow?offset=now&live=sse HTTP/1.1\r\nhost: {addr}\r\n\r\n");
-    stuck.write_all(request.as_bytes()).await.unwrap();
+    send_get(&mut stuck, &addr, "/v1/stream/slow?offset=now&live=sse").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
 
     // The only live-reader slot is taken.
-    let refused = client
-        .get(format!("{url}?offset=now&live=sse"))
-        .send()
-        .await
-        .unwrap();
+    let refused = sse_from_now(&client, &url).await;
     assert_eq!(refused.status(), 503);
     assert!(refused.headers().contains_key("retry-after"));
 
@@ -129,11 +135,7 @@ async fn a_reader_that_never_reads_is_cut_off_and_writers_carry_on() {
     // serves someone else.
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = client
-            .get(format!("{url}?offset=now&live=sse"))
-            .send()
-            .await
-            .unwrap();
+        let r = sse_from_now(&client, &url).await;
         if r.status() == 200 {
             break;
         }
@@ -212,15 +214,11 @@ async fn assert_idle_sse_readers_cost_under_16_kib(read_first: bool) {
     let open = |n: usize| {
         let addr = addr.clone();
         async move {
-            let catch_up =
-                format!("GET /v1/stream/idle?offset=-1 HTTP/1.1\r\nhost: {addr}\r\n\r\n");
-            let sse =
-                format!("GET /v1/stream/idle?offset=now&live=sse HTTP/1.1\r\nhost: {addr}\r\n\r\n");
             let mut held = Vec::with_capacity(n);
             for _ in 0..n {
                 let mut reader = tokio::net::TcpStream::connect(&addr).await.unwrap();
                 if read_first {
-                    reader.write_all(catch_up.as_bytes()).await.unwrap();
+                    send_get(&mut reader, &addr, "/v1/stream/idle?offset=-1").await;
                     // The stream is empty: the answer ends with its head.
                     let mut answer = Vec::new();
                     while !answer.ends_with(b"\r\n\r\n") {
@@ -234,7 +232,7 @@ async fn assert_idle_sse_readers_cost_under_16_kib(read_first: bool) {
                     assert!(answer.starts_with(b"HTTP/1.1 200"));
                     assert!(!answer.windows(17).any(|w| w == b"connection: close"));
                 }
-                reader.write_all(sse.as_bytes()).await.unwrap();
+                send_get(&mut reader, &addr, "/v1/stream/idle?offset=now&live=sse").await;
                 let mut status = [0u8; 12];
                 tokio::io::AsyncReadExt::read_exact(&mut reader, &mut status)
                     .await
@@ -335,11 +333,7 @@ async fn over_the_memory_limit_new_live_readers_get_503_and_others_are_served() 
     let roomy = Server::start(dir.path(), &["--max-memory-bytes", "1099511627776"]).await;
     let url = roomy.stream_url("roomy");
     common::create_text(&client, &url, "").await;
-    let r = client
-        .get(format!("{url}?offset=now&live=sse"))
-        .send()
-        .await
-        .unwrap();
+    let r = sse_from_now(&client, &url).await;
     assert_eq!(r.status(), 200);
 }
 
@@ -357,26 +351,20 @@ async fn a_long_poller_that_disconnects_frees_its_reader_slot_at_once() {
     let addr = server.base.trim_start_matches("http://").to_string();
     for _ in 0..3 {
         let mut poller = tokio::net::TcpStream::connect(&addr).await.unwrap();
-        let request = format!(
-            "GET /v1/stream/churn?offset=now&live=long-poll HTTP/1.1\r\nhost: {addr}\r\n\r\n"
-        );
-        poller.write_all(request.as_bytes()).await.unwrap();
+        send_get(
+            &mut poller,
+            &addr,
+            "/v1/stream/churn?offset=now&live=long-poll",
+        )
+        .await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         // The only slot is taken while the long-poll waits...
-        let r = client
-            .get(format!("{url}?offset=now&live=sse"))
-            .send()
-            .await
-            .unwrap();
+        let r = sse_from_now(&client, &url).await;
         assert_eq!(r.status(), 503);
         // ...and free again as soon as its client goes.
         drop(poller);
         tokio::time::sleep(Duration::from_millis(200)).await;
-        let r = client
-            .get(format!("{url}?offset=now&live=sse"))
-            .send()
-            .await
-            .unwrap();
+        let r = sse_from_now(&client, &url).await;
         assert_eq!(r.status(), 200, "the gone long-poller still holds its slot");
         drop(r);
         tokio::time::sleep(Duration::from_millis(200)).await;
