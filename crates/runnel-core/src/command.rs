@@ -127,6 +127,10 @@ pub enum Command {
     },
 }
 
+/// The streams a command names (see [`Command::names`]).
+pub type CommandNames<'a> =
+    std::iter::Chain<std::option::IntoIter<&'a str>, std::option::IntoIter<&'a str>>;
+
 impl Command {
     /// Drops the body's data (once logged, applying needs only its length).
     pub fn release_data(&mut self) {
@@ -145,26 +149,27 @@ impl Command {
     }
 
     /// Stream names this command refers to (the stream, a fork's source).
-    pub fn names(&self) -> Vec<&str> {
-        match self {
+    pub fn names(&self) -> CommandNames<'_> {
+        let (first, second) = match self {
             Command::Create(c) => {
-                let mut names = vec![c.name.as_str()];
                 // A fork that carries its source's bytes needs only its own
                 // group.
-                if let (Some(f), None) = (&c.fork, &c.inherit) {
-                    names.push(f.source.as_str());
-                }
-                names
+                let source = match (&c.fork, &c.inherit) {
+                    (Some(f), None) => Some(f.source.as_str()),
+                    _ => None,
+                };
+                (Some(c.name.as_str()), source)
             }
-            Command::Append(a) => vec![a.name.as_str()],
-            Command::PutSnapshot(p) => vec![p.name.as_str()],
+            Command::Append(a) => (Some(a.name.as_str()), None),
+            Command::PutSnapshot(p) => (Some(p.name.as_str()), None),
             Command::Delete { name }
             | Command::DeleteSnapshot { name, .. }
             | Command::Trim { name, .. }
             | Command::Pin { name, .. }
-            | Command::Unpin { name, .. } => vec![name.as_str()],
-            Command::Expire { .. } => vec![],
-        }
+            | Command::Unpin { name, .. } => (Some(name.as_str()), None),
+            Command::Expire { .. } => (None, None),
+        };
+        first.into_iter().chain(second)
     }
 
     /// The body bytes this command stores, if any.

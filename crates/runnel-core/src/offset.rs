@@ -26,11 +26,35 @@ impl Offset {
     pub fn position(self) -> u64 {
         self.0
     }
+
+    /// The token, formatted without allocating.
+    pub fn token(self) -> Token {
+        let mut bytes = [b'0'; TOKEN_LEN];
+        bytes[HALF_WIDTH] = b'_';
+        // Positions past MAX_POSITION cannot be minted; they keep their
+        // low 16 digits rather than overflow the buffer.
+        let mut position = self.0;
+        for digit in bytes[HALF_WIDTH + 1..].iter_mut().rev() {
+            *digit = b'0' + (position % 10) as u8;
+            position /= 10;
+        }
+        Token(bytes)
+    }
+}
+
+/// An offset token on the stack (see [`Offset::token`]).
+#[derive(Clone, Copy)]
+pub struct Token([u8; TOKEN_LEN]);
+
+impl Token {
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(&self.0).expect("tokens are ASCII digits and _")
+    }
 }
 
 impl fmt::Display for Offset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:016}_{:016}", 0, self.0)
+        f.write_str(self.token().as_str())
     }
 }
 
@@ -137,6 +161,7 @@ mod tests {
         #[test]
         fn round_trip_and_order(a in 0..=MAX_POSITION, b in 0..=MAX_POSITION) {
             let (ta, tb) = (Offset(a).to_string(), Offset(b).to_string());
+            prop_assert_eq!(&ta, &format!("{:016}_{:016}", 0, a));
             prop_assert_eq!(parse_offset(&ta), Ok(Offset(a)));
             prop_assert_eq!(ta.cmp(&tb), a.cmp(&b));
             prop_assert!(!ta.contains([',', '&', '=', '?', '/']));

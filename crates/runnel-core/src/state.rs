@@ -13,7 +13,9 @@ use crate::command::{AppendToStream, Command, CreateStream, Entry, ForkFrom, Str
 use crate::error::CoreError;
 use crate::fork_copy::RemotePin;
 use crate::offset::{Offset, MAX_POSITION};
-use crate::stream::{media_type, Chunk, ContentKind, ForkBase, ProducerState, StreamState};
+use crate::stream::{
+    media_type, same_media_type, Chunk, ContentKind, ForkBase, ProducerState, StreamState,
+};
 
 /// What a successful command did, with what the response needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -436,7 +438,7 @@ impl StreamsState {
             let matches = a
                 .content_type
                 .as_deref()
-                .is_some_and(|ct| media_type(ct) == s.media_type);
+                .is_some_and(|ct| same_media_type(ct, &s.media_type));
             if !matches {
                 return Err(CoreError::ContentTypeMismatch);
             }
@@ -632,7 +634,7 @@ fn fork_config(
     source_expires: Option<i64>,
 ) -> Result<(String, Option<u64>, Option<i64>), CoreError> {
     let content_type = match &c.content_type {
-        Some(ct) if media_type(ct) != media_type(source_content_type) => {
+        Some(ct) if !same_media_type(ct, source_content_type) => {
             return Err(CoreError::ContentTypeMismatch)
         }
         Some(ct) => ct.clone(),
@@ -648,7 +650,7 @@ fn fork_config(
 /// Whether an existing stream answers an idempotent create.
 fn same_config(existing: &StreamState, c: &CreateStream) -> bool {
     let content_type_ok = match &c.content_type {
-        Some(ct) => media_type(ct) == existing.media_type,
+        Some(ct) => same_media_type(ct, &existing.media_type),
         None => c.fork.is_some() || existing.media_type == "application/octet-stream",
     };
     let inherits_expiry = c.fork.is_some() && c.ttl_secs.is_none() && c.expires_at_ms.is_none();

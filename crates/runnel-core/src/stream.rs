@@ -21,20 +21,29 @@ pub enum ContentKind {
 /// The media type of a Content-Type value: before any `;`, trimmed,
 /// lower-cased. Two content types match when their media types do.
 pub fn media_type(content_type: &str) -> String {
-    content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase()
+    bare_media_type(content_type).to_ascii_lowercase()
+}
+
+/// A content type without its parameters, case as given.
+fn bare_media_type(content_type: &str) -> &str {
+    content_type.split(';').next().unwrap_or("").trim()
+}
+
+/// Whether two content types name the same media type (case and
+/// parameters aside), without allocating.
+pub fn same_media_type(a: &str, b: &str) -> bool {
+    bare_media_type(a).eq_ignore_ascii_case(bare_media_type(b))
 }
 
 impl ContentKind {
     pub fn of(content_type: &str) -> ContentKind {
-        let media = media_type(content_type);
-        if media == "application/json" {
+        let media = bare_media_type(content_type).as_bytes();
+        if media.eq_ignore_ascii_case(b"application/json") {
             ContentKind::Json
-        } else if media.starts_with("text/") {
+        } else if media
+            .get(..5)
+            .is_some_and(|p| p.eq_ignore_ascii_case(b"text/"))
+        {
             ContentKind::Text
         } else {
             ContentKind::Binary
@@ -223,5 +232,12 @@ mod tests {
             ContentKind::Binary
         );
         assert_eq!(ContentKind::of("image/png"), ContentKind::Binary);
+        assert_eq!(ContentKind::of(" Text/Plain ;q=1"), ContentKind::Text);
+        assert_eq!(ContentKind::of("tex"), ContentKind::Binary);
+        assert!(same_media_type(
+            "Application/JSON; charset=utf-8",
+            "application/json"
+        ));
+        assert!(!same_media_type("application/json", "application/jsonx"));
     }
 }

@@ -328,9 +328,9 @@ impl ClusterNode {
     }
 
     async fn propose(&self, command: Command) -> Result<Applied, EngineError> {
-        let names = command.names();
-        let group = self.group_for(names.first().copied().unwrap_or(""));
-        if names.iter().any(|n| !Arc::ptr_eq(self.group_for(n), group)) {
+        let mut names = command.names();
+        let group = self.group_for(names.clone().next().unwrap_or(""));
+        if names.any(|n| !Arc::ptr_eq(self.group_for(n), group)) {
             return Err(EngineError::CrossGroupFork);
         }
         group.propose(command).await

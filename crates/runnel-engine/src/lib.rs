@@ -231,7 +231,6 @@ pub(crate) async fn propose_with_expiry<G: MaintainedGroup + ?Sized>(
     let expired: Vec<StreamId> = group.view().with_state(|state| {
         command
             .names()
-            .into_iter()
             .filter_map(|name| state.expired_id(name, now))
             .collect()
     });

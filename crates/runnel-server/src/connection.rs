@@ -1,14 +1,19 @@
-//! What the server does with each request head on a connection: it reads
-//! the head itself and serves bodiless `GET` and `HEAD` requests without
-//! hyper ([`crate::direct_connection`]), an SSE read on a path of its own;
-//! at the first request it does not serve (a body, HTTP/1.0, pipelined
-//! bytes, anything unusual) the rest of the connection goes to hyper, with
-//! the bytes already read put back in front ([`Rewind`]).
+//! What the server does with each request on a connection: it reads the
+//! request itself and serves ordinary HTTP/1.1 requests without hyper
+//! ([`crate::direct_connection`]), an SSE read on a path of its own. A
+//! request qualifies when it has no body or a `Content-Length` body of at
+//! most [`DIRECT_BODY_LIMIT`] bytes that arrived whole. At the first
+//! request it does not serve (a chunked or larger body, `Expect`,
+//! HTTP/1.0, pipelined bytes, anything unusual) the rest of the connection
+//! goes to hyper, with the bytes already read put back in front
+//! ([`Rewind`]).
 //!
 //! Why: an idle SSE reader or kept-alive reader is the connection a server
 //! holds most of, and hyper keeps an 8 KiB read buffer and an 8 KiB write
-//! buffer for every connection for its whole life. Here a head is read
-//! into a buffer that is freed once the request is built.
+//! buffer for every connection for its whole life. Here a request is read
+//! into a buffer that is freed once the request is built. And an append is
+//! a small request answered by a small response: written by hand, its
+//! path through the server is a good part shorter than through hyper.
 
 use std::io;
 use std::pin::Pin;
@@ -27,8 +32,9 @@ use crate::headers::STREAM_PREFIX;
 pub enum NextRequest {
     /// A bodiless HTTP/1.1 `GET` of a stream with `live=sse`.
     Sse(Box<Request<Body>>),
-    /// Any other bodiless HTTP/1.1 `GET` or `HEAD`; `keep_alive` is false
-    /// when the client asked to close after it.
+    /// Any other HTTP/1.1 request this path serves, its body (if any)
+    /// complete; `keep_alive` is false when the client asked to close
+    /// after it.
     Plain {
         request: Box<Request<Body>>,
         keep_alive: bool,
@@ -43,11 +49,13 @@ pub enum NextRequest {
 /// Largest head read here (hyper's smallest read buffer); a longer head
 /// goes to hyper, which answers it.
 const HEAD_LIMIT: usize = 8192;
+/// Largest body read here; larger bodies go to hyper, which streams them.
+pub const DIRECT_BODY_LIMIT: usize = 64 << 10;
 /// Most header lines in a request served here (hyper's default limit).
 const MAX_HEADERS: usize = 100;
 
 /// Reads until the next request is known to be served here or not. Most
-/// requests for hyper are decided by their first bytes.
+/// requests for hyper are decided by their head.
 /// `received` holds bytes of it that already arrived (while the previous
 /// answer was prepared).
 pub async fn read_request<I: AsyncRead + Unpin>(
@@ -60,16 +68,14 @@ pub async fn read_request<I: AsyncRead + Unpin>(
     drop(received);
     let read = async {
         loop {
-            if let Some(decision) = classify(&buffer) {
-                return decision;
-            }
-            if buffer.len() >= HEAD_LIMIT {
-                return NextRequest::Other(buffer.split().freeze());
-            }
-            buffer.reserve(1024);
+            let wanted = match classify(&mut buffer) {
+                Classified::Decided(decision) => return decision,
+                Classified::Needs(total) => total,
+            };
+            buffer.reserve(wanted.saturating_sub(buffer.len()).max(1024));
             match io.read_buf(&mut buffer).await {
                 Ok(0) | Err(_) if buffer.is_empty() => return NextRequest::Gone,
-                // A partial head and then nothing: hyper answers it.
+                // A partial request and then nothing: hyper answers it.
                 Ok(0) | Err(_) => return NextRequest::Other(buffer.split().freeze()),
                 Ok(_) => {}
             }
@@ -80,85 +86,148 @@ pub async fn read_request<I: AsyncRead + Unpin>(
         .unwrap_or(NextRequest::Gone)
 }
 
-/// `None` while more bytes are needed to decide.
-fn classify(bytes: &[u8]) -> Option<NextRequest> {
-    let other = || Some(NextRequest::Other(Bytes::copy_from_slice(bytes)));
-    let method = if bytes.starts_with(b"GET ") {
-        Method::GET
-    } else if bytes.starts_with(b"HEAD ") {
-        Method::HEAD
-    } else if b"GET ".starts_with(bytes) || b"HEAD ".starts_with(bytes) {
-        return None;
-    } else {
-        return other();
-    };
+/// What the bytes read so far decide.
+#[derive(Debug)]
+enum Classified {
+    Decided(NextRequest),
+    /// More bytes are needed, at least this many in all.
+    Needs(usize),
+}
+
+/// Decides what `bytes` (the start of a request) are, taking them when
+/// the decision is final.
+fn classify(bytes: &mut BytesMut) -> Classified {
+    let other =
+        |bytes: &mut BytesMut| Classified::Decided(NextRequest::Other(bytes.split().freeze()));
     let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
     let mut parsed = httparse::Request::new(&mut headers);
-    match parsed.parse(bytes) {
-        Ok(httparse::Status::Partial) => None,
-        // Pipelined bytes after the head: hyper sorts those out.
-        Ok(httparse::Status::Complete(len)) if len == bytes.len() => {
-            let Some((request, keep_alive)) = bodiless_request(&parsed, method) else {
-                return other();
-            };
-            let sse = request.method() == Method::GET
-                && is_sse_target(request.uri().path(), request.uri().query());
-            Some(if sse {
-                NextRequest::Sse(Box::new(request))
-            } else {
-                NextRequest::Plain {
-                    request: Box::new(request),
-                    keep_alive,
-                }
-            })
+    let head_len = match parsed.parse(bytes) {
+        Ok(httparse::Status::Complete(len)) => len,
+        Ok(httparse::Status::Partial) if bytes.len() < HEAD_LIMIT => {
+            return Classified::Needs(bytes.len() + 1)
         }
-        Ok(httparse::Status::Complete(_)) | Err(_) => other(),
+        Ok(httparse::Status::Partial) | Err(_) => return other(bytes),
+    };
+    let Some(head) = Head::of(&parsed) else {
+        return other(bytes);
+    };
+    let total = head_len + head.body_len;
+    if bytes.len() < total {
+        return Classified::Needs(total);
+    }
+    if bytes.len() > total {
+        // Pipelined bytes after the request: hyper sorts those out.
+        return other(bytes);
+    }
+    // The request's header values and body share the buffer's memory.
+    let whole = bytes.split().freeze();
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    if !matches!(parsed.parse(&whole), Ok(httparse::Status::Complete(_))) {
+        return Classified::Decided(NextRequest::Other(whole));
+    }
+    let Some(mut request) = build_request(&parsed, head.method, &whole) else {
+        return Classified::Decided(NextRequest::Other(whole));
+    };
+    if whole.len() > head_len {
+        *request.body_mut() = Body::from(whole.slice(head_len..));
+    }
+    Classified::Decided(if head.sse {
+        NextRequest::Sse(Box::new(request))
+    } else {
+        NextRequest::Plain {
+            request: Box::new(request),
+            keep_alive: head.keep_alive,
+        }
+    })
+}
+
+/// What the head of a request served here says.
+struct Head {
+    method: Method,
+    body_len: usize,
+    keep_alive: bool,
+    sse: bool,
+}
+
+impl Head {
+    /// `None` for what this path does not serve: HTTP/1.0, a chunked or
+    /// large body, a body on `GET` or `HEAD`, `Expect`, `Upgrade`, several
+    /// or malformed lengths, a method the `http` types reject.
+    fn of(parsed: &httparse::Request<'_, '_>) -> Option<Head> {
+        if parsed.version != Some(1) {
+            return None;
+        }
+        let method = Method::from_bytes(parsed.method?.as_bytes()).ok()?;
+        let mut body_len = None;
+        let mut keep_alive = true;
+        for header in parsed.headers.iter() {
+            let name = header.name.as_bytes();
+            if name.eq_ignore_ascii_case(b"content-length") {
+                let len = std::str::from_utf8(header.value.trim_ascii()).ok()?;
+                if body_len.is_some() || !len.bytes().all(|b| b.is_ascii_digit()) {
+                    return None;
+                }
+                body_len = Some(len.parse::<usize>().ok()?);
+            } else if name.eq_ignore_ascii_case(b"transfer-encoding")
+                || name.eq_ignore_ascii_case(b"expect")
+                || name.eq_ignore_ascii_case(b"upgrade")
+            {
+                return None;
+            } else if name.eq_ignore_ascii_case(b"connection")
+                && header
+                    .value
+                    .split(|b| *b == b',')
+                    .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
+            {
+                keep_alive = false;
+            }
+        }
+        let body_len = body_len.unwrap_or(0);
+        let bodiless = matches!(method, Method::GET | Method::HEAD);
+        if body_len > DIRECT_BODY_LIMIT || (bodiless && body_len > 0) {
+            return None;
+        }
+        let sse = method == Method::GET
+            && parsed
+                .path
+                .and_then(|target| target.split_once('?'))
+                .is_some_and(|(path, query)| is_sse_target(path, query));
+        Some(Head {
+            method,
+            body_len,
+            keep_alive,
+            sse,
+        })
     }
 }
 
 /// A stream path whose query has `live=sse`.
-fn is_sse_target(path: &str, query: Option<&str>) -> bool {
-    path.starts_with(STREAM_PREFIX) && query.is_some_and(|q| q.split('&').any(|p| p == "live=sse"))
+fn is_sse_target(path: &str, query: &str) -> bool {
+    path.starts_with(STREAM_PREFIX) && query.split('&').any(|p| p == "live=sse")
 }
 
-/// The request to hand the application and whether the connection stays
-/// open after it, or `None` for what this path does not serve: HTTP/1.0,
-/// a body, `Expect`, `Upgrade`, or headers the `http` types reject
-/// (hyper answers those).
-fn bodiless_request(
+/// The request to hand the application, without its body yet, its header
+/// values slices of `buffer` (which `parsed` was parsed from). `None` for
+/// headers the `http` types reject (hyper answers those).
+fn build_request(
     parsed: &httparse::Request<'_, '_>,
     method: Method,
-) -> Option<(Request<Body>, bool)> {
-    if parsed.version != Some(1) {
-        return None;
-    }
-    let mut request = Request::builder()
-        .method(method)
-        .uri(parsed.path?)
-        .version(Version::HTTP_11);
-    let mut keep_alive = true;
+    buffer: &Bytes,
+) -> Option<Request<Body>> {
+    let mut headers = http::HeaderMap::with_capacity(parsed.headers.len());
     for header in parsed.headers.iter() {
-        let name = header.name.to_ascii_lowercase();
-        let empty_length = name == "content-length" && header.value.trim_ascii() == b"0";
-        if !empty_length
-            && matches!(
-                name.as_str(),
-                "content-length" | "transfer-encoding" | "expect" | "upgrade"
-            )
-        {
-            return None;
-        }
-        if name == "connection"
-            && header
-                .value
-                .split(|b| *b == b',')
-                .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
-        {
-            keep_alive = false;
-        }
-        request = request.header(header.name, header.value);
+        headers.append(
+            http::HeaderName::from_bytes(header.name.as_bytes()).ok()?,
+            http::HeaderValue::from_maybe_shared(buffer.slice_ref(header.value)).ok()?,
+        );
     }
-    Some((request.body(Body::empty()).ok()?, keep_alive))
+    let mut request = Request::new(Body::empty());
+    *request.method_mut() = method;
+    *request.uri_mut() = parsed.path?.parse().ok()?;
+    *request.version_mut() = Version::HTTP_11;
+    *request.headers_mut() = headers;
+    Some(request)
 }
 
 /// A connection with bytes already read from it put back in front.
@@ -224,7 +293,14 @@ mod tests {
     use super::*;
 
     fn decide(bytes: &[u8]) -> Option<NextRequest> {
-        classify(bytes)
+        let mut buffer = BytesMut::from(bytes);
+        match classify(&mut buffer) {
+            Classified::Decided(decision) => Some(decision),
+            Classified::Needs(total) => {
+                assert!(total > bytes.len(), "asks for no more bytes than it has");
+                None
+            }
+        }
     }
 
     const SSE: &[u8] =
@@ -248,20 +324,72 @@ mod tests {
     }
 
     #[test]
-    fn other_requests_are_decided_early_and_keep_their_bytes() {
-        for (bytes, why) in [
-            (&b"POST /v1/stream/a HTTP/1.1\r\n"[..], "method"),
-            (b"GE", "undecided"),
-            (b"HEA", "undecided"),
-            (b"GXT", "not GET"),
-            (b"PUT /v1/stream/a HTTP/1.1\r\n", "method"),
+    fn malformed_requests_go_to_hyper_with_their_bytes() {
+        for bytes in [
+            &b"\x01GET / HTTP/1.1\r\n"[..],
+            b"GET /v1/stream/a HTTP/1.1\r\nbad header\r\n\r\n",
+            b"GET /v1/stream/a HTTP/1.1\r\nx: \x01\r\n\r\n",
         ] {
             match decide(bytes) {
-                Some(NextRequest::Other(kept)) => assert_eq!(&kept[..], bytes, "{why}"),
-                None => assert_eq!(why, "undecided"),
-                other => panic!("{why}: {other:?}"),
+                Some(NextRequest::Other(kept)) => assert_eq!(&kept[..], bytes),
+                other => panic!("{}: {other:?}", String::from_utf8_lossy(bytes)),
             }
         }
+    }
+
+    const APPEND: &[u8] = b"POST /v1/stream/a HTTP/1.1\r\nHost: x\r\nContent-Type: text/plain\r\nContent-Length: 11\r\n\r\nhello world";
+
+    #[tokio::test]
+    async fn an_append_is_served_here_once_its_whole_body_arrived() {
+        for end in 0..APPEND.len() {
+            assert!(decide(&APPEND[..end]).is_none(), "decided at {end} bytes");
+        }
+        let Some(NextRequest::Plain {
+            request,
+            keep_alive: true,
+        }) = decide(APPEND)
+        else {
+            panic!("not served here");
+        };
+        assert_eq!(request.method(), Method::POST);
+        assert_eq!(request.uri(), "/v1/stream/a");
+        assert_eq!(request.headers()["content-type"], "text/plain");
+        assert_eq!(request.headers()["host"], "x");
+        let body = axum::body::to_bytes(request.into_body(), 1024)
+            .await
+            .unwrap();
+        assert_eq!(&body[..], b"hello world");
+    }
+
+    #[test]
+    fn bodies_this_path_does_not_take_go_to_hyper() {
+        let large = format!(
+            "POST /v1/stream/a HTTP/1.1\r\ncontent-length: {}\r\n\r\n",
+            DIRECT_BODY_LIMIT + 1
+        );
+        let mut pipelined = APPEND.to_vec();
+        pipelined.extend_from_slice(b"GET /v1/stream/a HTTP/1.1\r\n\r\n");
+        for head in [
+            large.as_bytes(),
+            &pipelined,
+            b"POST /v1/stream/a HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"POST /v1/stream/a HTTP/1.1\r\ncontent-length: 1\r\nexpect: 100-continue\r\n\r\n",
+            b"POST /v1/stream/a HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\nx",
+            b"POST /v1/stream/a HTTP/1.1\r\ncontent-length: +1\r\n\r\nx",
+            b"POST /v1/stream/a HTTP/1.1\r\ncontent-length: 99999999999999999999999\r\n\r\n",
+            b"POST /v1/stream/a HTTP/1.0\r\ncontent-length: 1\r\n\r\nx",
+        ] {
+            assert!(
+                matches!(decide(head), Some(NextRequest::Other(kept)) if &kept[..] == head),
+                "{}",
+                String::from_utf8_lossy(head)
+            );
+        }
+        let bodiless_post = b"POST /v1/stream/a HTTP/1.1\r\nStream-Closed: true\r\n\r\n";
+        assert!(matches!(
+            decide(bodiless_post),
+            Some(NextRequest::Plain { .. })
+        ));
     }
 
     #[test]

@@ -10,35 +10,34 @@
 //! the stream cleanly. Other responses keep the connection for the next
 //! request unless the client asked to close it.
 
-use std::io::{self, IoSlice};
+use std::io::{self, IoSlice, Write};
 use std::time::SystemTime;
+
+use std::future::Future;
 
 use axum::body::Body;
 use axum::response::Response;
-use axum::Router;
 use bytes::{Bytes, BytesMut};
 use http::{header, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
-use tower::ServiceExt;
-
-async fn respond(app: Router, request: Request<Body>) -> Response {
-    match app.oneshot(request).await {
-        Ok(response) => response,
-        Err(never) => match never {},
-    }
-}
 
 /// Serves the SSE `request` on `io` until the response ends, the peer goes
-/// or `shutdown` turns true, then closes the connection.
-pub async fn serve<I: AsyncRead + AsyncWrite + Unpin>(
+/// or `shutdown` turns true, then closes the connection. `respond` is the
+/// application.
+pub async fn serve<I, Respond, Answer>(
     mut io: I,
-    app: Router,
+    respond: Respond,
     request: Request<Body>,
     mut shutdown: watch::Receiver<bool>,
-) -> io::Result<()> {
-    let (parts, body) = respond(app, request).await.into_parts();
+) -> io::Result<()>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    Respond: FnOnce(Request<Body>) -> Answer,
+    Answer: Future<Output = Response>,
+{
+    let (parts, body) = respond(request).await.into_parts();
     let framing = Framing::of(parts.status, axum::body::HttpBody::size_hint(&body).exact());
     let head = render_head(&parts, framing, true);
     drop(parts);
@@ -88,22 +87,27 @@ pub enum AfterAnswer {
     Closed,
 }
 
-/// Answers one bodiless `GET` or `HEAD`.
+/// Answers one request whose body, if it has one, was read whole.
 ///
 /// While the application works on the answer (a long-poll can wait for
 /// many seconds) the socket is watched: a peer that closes drops the
 /// request at once, as hyper does, and bytes of a next request are kept
 /// for it.
-pub async fn answer<I: AsyncRead + AsyncWrite + Unpin>(
+pub async fn answer<I, Respond, Answer>(
     io: &mut I,
-    app: Router,
+    respond: Respond,
     request: Request<Body>,
     keep_alive: bool,
-) -> io::Result<AfterAnswer> {
+) -> io::Result<AfterAnswer>
+where
+    I: AsyncRead + AsyncWrite + Unpin,
+    Respond: FnOnce(Request<Body>) -> Answer,
+    Answer: Future<Output = Response>,
+{
     let head_only = request.method() == Method::HEAD;
     let mut received = BytesMut::new();
     let response = {
-        let mut responding = std::pin::pin!(respond(app, request));
+        let mut responding = std::pin::pin!(respond(request));
         loop {
             tokio::select! {
                 response = &mut responding => break response,
@@ -248,7 +252,7 @@ fn render_head(parts: &http::response::Parts, framing: Framing, close: bool) -> 
     }
     if !parts.headers.contains_key(header::DATE) {
         out.extend_from_slice(b"date: ");
-        out.extend_from_slice(httpdate::fmt_http_date(SystemTime::now()).as_bytes());
+        push_date(&mut out);
         out.extend_from_slice(b"\r\n");
     }
     if close {
@@ -257,12 +261,32 @@ fn render_head(parts: &http::response::Parts, framing: Framing, close: bool) -> 
     match framing {
         Framing::None => {}
         Framing::Length(len) => {
-            out.extend_from_slice(format!("content-length: {len}\r\n").as_bytes())
+            let _ = write!(out, "content-length: {len}\r\n");
         }
         Framing::Chunked => out.extend_from_slice(b"transfer-encoding: chunked\r\n"),
     }
     out.extend_from_slice(b"\r\n");
     out
+}
+
+/// The current time as an HTTP date, formatted once a second per thread.
+fn push_date(out: &mut Vec<u8>) {
+    thread_local! {
+        static FORMATTED: std::cell::RefCell<(u64, String)> = const {
+            std::cell::RefCell::new((0, String::new()))
+        };
+    }
+    let now = SystemTime::now();
+    let second = now
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |since| since.as_secs());
+    FORMATTED.with(|formatted| {
+        let mut formatted = formatted.borrow_mut();
+        if formatted.0 != second || formatted.1.is_empty() {
+            *formatted = (second, httpdate::fmt_http_date(now));
+        }
+        out.extend_from_slice(formatted.1.as_bytes());
+    });
 }
 
 /// `{len:x}\r\n` into `buf`, without allocating.
@@ -291,8 +315,24 @@ fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
 mod tests {
     use super::*;
     use axum::routing::get;
+    use axum::Router;
     use futures::StreamExt;
     use std::convert::Infallible;
+    use tower::ServiceExt;
+
+    /// A test application answering as `app` routes.
+    fn with(
+        app: Router,
+    ) -> impl FnOnce(Request<Body>) -> futures::future::BoxFuture<'static, Response> {
+        move |request| {
+            Box::pin(async move {
+                match app.oneshot(request).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                }
+            })
+        }
+    }
 
     #[test]
     fn chunk_size_lines_are_lowercase_hex() {
@@ -311,7 +351,7 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
-        serve(server, app, request, stop).await.unwrap();
+        serve(server, with(app), request, stop).await.unwrap();
         let mut client = client;
         let mut all = String::new();
         client.read_to_string(&mut all).await.unwrap();
@@ -357,7 +397,7 @@ mod tests {
         let (mut client, mut server) = tokio::io::duplex(1 << 16);
         let mut open = true;
         for (request, keep_alive) in requests {
-            let after = super::answer(&mut server, app.clone(), request, keep_alive)
+            let after = super::answer(&mut server, with(app.clone()), request, keep_alive)
                 .await
                 .unwrap();
             open = after == AfterAnswer::KeepAlive(Bytes::new());
@@ -443,7 +483,7 @@ mod tests {
         let request = Request::get("/wait").body(Body::empty()).unwrap();
         let after = tokio::time::timeout(
             std::time::Duration::from_secs(5),
-            super::answer(&mut server, app, request, true),
+            super::answer(&mut server, with(app), request, true),
         )
         .await
         .expect("a request whose peer is gone is dropped")
@@ -463,7 +503,7 @@ mod tests {
         let (mut client, mut server) = tokio::io::duplex(1 << 16);
         let answering = tokio::spawn(async move {
             let request = Request::get("/slow").body(Body::empty()).unwrap();
-            super::answer(&mut server, app, request, true)
+            super::answer(&mut server, with(app), request, true)
                 .await
                 .unwrap()
         });
@@ -492,7 +532,7 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
-        let served = tokio::spawn(serve(server, app, request, stop));
+        let served = tokio::spawn(serve(server, with(app), request, stop));
         drop(client);
         tokio::time::timeout(std::time::Duration::from_secs(5), served)
             .await
@@ -507,7 +547,7 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let (stop_tx, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
-        let served = tokio::spawn(serve(server, app, request, stop));
+        let served = tokio::spawn(serve(server, with(app), request, stop));
         let mut head = [0u8; 12];
         client.read_exact(&mut head).await.unwrap();
         stop_tx.send(true).unwrap();

@@ -3,8 +3,8 @@
 //! This crate maps requests to engine commands and reads, and renders
 //! answers: status codes and headers ([`error`], [`headers`]), catch-up and
 //! long-poll reads and SSE ([`handlers`]), cursors ([`cursor`]), and the
-//! headers every response carries ([`middleware`]). It holds no stream
-//! state of its own.
+//! entry point that routes requests and adds the headers every response
+//! carries ([`routes`]). It holds no stream state of its own.
 
 pub mod connection;
 pub mod cursor;
@@ -15,13 +15,11 @@ pub mod handlers;
 pub mod headers;
 pub mod listener;
 pub mod memory;
-pub mod middleware;
+pub mod routes;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::routing::get;
-use axum::Router;
 use runnel_engine::NodeEngine;
 
 /// Limits and timings of the HTTP layer.
@@ -108,12 +106,17 @@ pub struct App {
     pub sse_cache: Arc<handlers::SseRenderCache>,
     /// Refuses new live readers while the process is over its memory limit.
     pub memory: Arc<memory::MemoryGuard>,
+    /// This node's name for the `Runnel-Served-By` header.
+    pub served_by: http::HeaderValue,
 }
 
-/// The application: stream routes, health, and the protocol headers.
-pub fn router(node: Arc<dyn NodeEngine>, config: ServerConfig) -> Router {
+/// The application over `node`: what [`serve`] answers requests with.
+pub fn app(node: Arc<dyn NodeEngine>, config: ServerConfig) -> AppState {
+    let served_by = http::HeaderValue::from_str(&node.node_label())
+        .unwrap_or_else(|_| http::HeaderValue::from_static("unnamed"));
     let state = AppState(Arc::new(App {
         node,
+        served_by,
         forwarder: forward::Forwarder::default(),
         live_readers: Arc::new(tokio::sync::Semaphore::new(config.max_live_readers.max(1))),
         sse_cache: Arc::default(),
@@ -123,26 +126,21 @@ pub fn router(node: Arc<dyn NodeEngine>, config: ServerConfig) -> Router {
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(handlers::release_expired_pins(state.downgrade()));
     }
-    Router::new()
-        .route("/health", get(handlers::health))
-        .route("/_runnel/status", get(handlers::status))
-        .fallback(handlers::stream_or_not_found)
-        .layer(axum::middleware::from_fn(middleware::protocol_headers))
-        .with_state(state)
+    state
 }
 
 /// Serves `app` on `listener` with `config`'s connection limits until
 /// `shutdown` resolves, then lets open requests finish (at most 10 s).
 ///
-/// The accept loop is Runnel's own rather than `axum::serve`: bodiless
-/// `GET` and `HEAD` requests, SSE reads among them, are served without
-/// hyper ([`connection`]) until a connection carries anything else; from
-/// then on hyper serves it, with its per-connection buffers at their
-/// smallest.
+/// The accept loop is Runnel's own rather than `axum::serve`: ordinary
+/// HTTP/1.1 requests with small bodies or none, SSE reads and appends
+/// among them, are served without hyper ([`connection`]) until a
+/// connection carries anything else; from then on hyper serves it, with
+/// its per-connection buffers at their smallest. Both hand requests to [`routes::handle`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: &ServerConfig,
-    app: Router,
+    app: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     use axum::serve::Listener;
@@ -200,20 +198,49 @@ pub async fn serve(
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// One connection: requests served here one after another while they are
-/// bodiless reads ([`connection`]), then hyper for the rest of it.
+/// ordinary ones ([`connection`]), then hyper for the rest of it.
 async fn serve_connection<I>(
-    mut io: I,
-    app: Router,
+    io: I,
+    app: AppState,
     builder: hyper::server::conn::http1::Builder,
     watcher: hyper_util::server::graceful::Watcher,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    use connection::NextRequest;
     use hyper_util::rt::TokioIo;
-    use hyper_util::service::TowerToHyperService;
 
+    let Some((io, prefix)) = serve_directly(io, app.clone(), stop).await else {
+        return;
+    };
+    let io = TokioIo::new(connection::Rewind::new(prefix, io));
+    let service = hyper::service::service_fn(move |request: http::Request<_>| {
+        let answer = routes::handle(app.clone(), request.map(axum::body::Body::new));
+        async move { Ok::<_, std::convert::Infallible>(answer.await) }
+    });
+    let served = watcher.watch(builder.serve_connection(io, service));
+    if let Err(e) = served.await {
+        tracing::debug!(error = %e, "connection ended with an error");
+    }
+}
+
+/// Serves the requests of a connection that this path takes; returns the
+/// connection and the bytes already read of the first request it does not
+/// take, for hyper, or `None` once the connection is over.
+async fn serve_directly<I>(
+    mut io: I,
+    app: AppState,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> Option<(I, bytes::Bytes)>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    use connection::NextRequest;
+
+    // Made once: re-registering with the shutdown signal for every request
+    // would cost more than reading the request.
+    let mut watched = stop.clone();
+    let mut stopping = std::pin::pin!(watched.wait_for(|stopping| *stopping));
     let mut received = bytes::Bytes::new();
     loop {
         // A connection still silent at shutdown (or idle between requests)
@@ -221,39 +248,32 @@ async fn serve_connection<I>(
         let reading = connection::read_request(&mut io, received, HEADER_READ_TIMEOUT);
         let next = tokio::select! {
             next = reading => next,
-            _ = stop.wait_for(|stopping| *stopping) => NextRequest::Gone,
+            _ = &mut stopping => NextRequest::Gone,
         };
         match next {
             NextRequest::Sse(request) => {
-                if let Err(e) = direct_connection::serve(io, app, *request, stop).await {
+                let respond = |request| routes::handle(app, request);
+                if let Err(e) = direct_connection::serve(io, respond, *request, stop).await {
                     tracing::debug!(error = %e, "SSE connection ended with an error");
                 }
-                return;
+                return None;
             }
             NextRequest::Plain {
                 request,
                 keep_alive,
             } => {
-                match direct_connection::answer(&mut io, app.clone(), *request, keep_alive).await {
+                let respond = |request| routes::handle(app.clone(), request);
+                match direct_connection::answer(&mut io, respond, *request, keep_alive).await {
                     Ok(direct_connection::AfterAnswer::KeepAlive(early)) => received = early,
-                    Ok(direct_connection::AfterAnswer::Closed) => return,
+                    Ok(direct_connection::AfterAnswer::Closed) => return None,
                     Err(e) => {
                         tracing::debug!(error = %e, "connection ended with an error");
-                        return;
+                        return None;
                     }
                 }
             }
-            NextRequest::Other(prefix) => {
-                drop(stop);
-                let io = TokioIo::new(connection::Rewind::new(prefix, io));
-                let service = TowerToHyperService::new(app);
-                let served = watcher.watch(builder.serve_connection(io, service));
-                if let Err(e) = served.await {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                }
-                return;
-            }
-            NextRequest::Gone => return,
+            NextRequest::Other(prefix) => return Some((io, prefix)),
+            NextRequest::Gone => return None,
         }
     }
 }

@@ -118,7 +118,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         };
         let local = listener.local_addr().map_err(|e| e.to_string())?;
         tracing::info!(listen = %local, data_dir = %settings.engine.data_dir.display(), "serving");
-        let app = runnel_server::router(node, settings.server.clone());
+        let app = runnel_server::app(node, settings.server.clone());
         runnel_server::serve(listener, &settings.server, app, shutdown_signal())
             .await
             .map_err(|e| format!("server failed: {e}"))

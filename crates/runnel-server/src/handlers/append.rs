@@ -2,11 +2,11 @@
 //! closing (with a final body or without one).
 
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use http::{HeaderValue, StatusCode};
 use runnel_core::{AppendToStream, Applied, Body, Command, ContentKind};
 
-use super::{body_bytes, framed_body, header_value};
+use super::{body_bytes, framed_body, offset_header, response, response_headers};
 use crate::error::ApiError;
 use crate::headers::{self, names};
 use crate::AppState;
@@ -55,11 +55,8 @@ pub async fn post(app: AppState, name: String, request: Request) -> Result<Respo
         unreachable!("an append answers Appended");
     };
 
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        names::STREAM_NEXT_OFFSET,
-        header_value(&next_offset.to_string()),
-    );
+    let mut headers = response_headers();
+    headers.insert(names::STREAM_NEXT_OFFSET, offset_header(next_offset));
     if closed {
         headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
     }
@@ -73,5 +70,5 @@ pub async fn post(app: AppState, name: String, request: Request) -> Result<Respo
     } else {
         StatusCode::NO_CONTENT
     };
-    Ok((status, headers).into_response())
+    Ok(response(status, headers, axum::body::Body::empty()))
 }

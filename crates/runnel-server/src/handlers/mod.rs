@@ -16,7 +16,7 @@ pub use pin::release_expired_pins;
 pub use sse::RenderCache as SseRenderCache;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderValue, Method};
@@ -32,9 +32,8 @@ use crate::AppState;
 /// that served a live read itself.
 pub const SERVED_BY: http::HeaderName = http::HeaderName::from_static("runnel-served-by");
 
-pub async fn stream(State(app): State<AppState>, request: Request) -> Response {
-    let target = match headers::stream_name(request.uri().path()).and_then(|name| Target::of(&name))
-    {
+pub async fn stream(app: AppState, request: Request) -> Response {
+    let target = match headers::stream_name(request.uri().path()).and_then(Target::of) {
         Ok(target) => target,
         Err(e) => return e.into_response(),
     };
@@ -55,13 +54,11 @@ pub async fn stream(State(app): State<AppState>, request: Request) -> Response {
                     return ApiError::from(e).into_response();
                 }
             }
-            let me = app.node.node_label();
+            let served_by = app.served_by.clone();
             let mut response = dispatch(app, target, request)
                 .await
                 .unwrap_or_else(IntoResponse::into_response);
-            if let Ok(me) = HeaderValue::from_str(&me) {
-                response.headers_mut().insert(SERVED_BY, me);
-            }
+            response.headers_mut().insert(SERVED_BY, served_by);
             response
         }
         Route::Forward { node, addr } => {
@@ -114,7 +111,10 @@ enum Target {
 }
 
 impl Target {
-    fn of(name: &str) -> Result<Target, ApiError> {
+    fn of(name: String) -> Result<Target, ApiError> {
+        if !name.contains('$') {
+            return Ok(Target::Stream(name));
+        }
         let segments: Vec<&str> = name.split('/').collect();
         let stream = |n: usize| segments[..segments.len() - n].join("/");
         let target = match segments.as_slice() {
@@ -127,7 +127,7 @@ impl Target {
             [.., "$retention", offset] if segments.len() > 2 => {
                 Target::Retention(stream(2), offset.to_string())
             }
-            _ => Target::Stream(name.to_string()),
+            _ => Target::Stream(name.clone()),
         };
         if target.stream().split('/').any(|s| s.starts_with('$')) {
             return Err(ApiError::bad(
@@ -179,7 +179,7 @@ async fn dispatch(app: AppState, target: Target, request: Request) -> Result<Res
 
 /// 200 while the node serves; 503 once its log failed (it takes no more
 /// writes until restarted), so a load balancer routes elsewhere.
-pub async fn health(State(app): State<AppState>) -> Response {
+pub fn health(app: &AppState) -> Response {
     match app.node.write_failure() {
         None => "ok\n".into_response(),
         Some(reason) => (
@@ -191,24 +191,9 @@ pub async fn health(State(app): State<AppState>) -> Response {
 }
 
 /// The node, its groups and their leaders, as JSON (`runnel ctl status`).
-pub async fn status(State(app): State<AppState>) -> Response {
+pub fn status(app: &AppState) -> Response {
     let body = serde_json::to_vec_pretty(&app.node.status()).unwrap_or_default();
     ([(http::header::CONTENT_TYPE, "application/json")], body).into_response()
-}
-
-pub async fn not_found() -> Response {
-    ApiError::NotFound.into_response()
-}
-
-/// Every path but the few fixed ones: stream requests under
-/// `/v1/stream/`, 404 for the rest. A fallback rather than a wildcard
-/// route, because [`stream`] decodes the path itself and a wildcard
-/// would have axum capture it too, for every request.
-pub async fn stream_or_not_found(state: State<AppState>, request: Request) -> Response {
-    match request.uri().path().strip_prefix(headers::STREAM_PREFIX) {
-        Some(name) if !name.is_empty() => stream(state, request).await,
-        _ => not_found().await,
-    }
 }
 
 /// Reads a request body up to the configured append limit.
@@ -253,7 +238,27 @@ fn framed_body(
     }
 }
 
-/// A header value from a string the server produced (offsets, numbers,
+/// A header map for a response, with room for the headers every response
+/// gets later (see `routes`), so adding them does not grow it.
+fn response_headers() -> http::HeaderMap {
+    http::HeaderMap::with_capacity(16)
+}
+
+/// A response of `status` with `headers` and `body`. The header map is
+/// moved in whole: axum's tuple forms copy it entry by entry.
+fn response(status: http::StatusCode, headers: http::HeaderMap, body: impl Into<Body>) -> Response {
+    let mut response = Response::new(body.into());
+    *response.status_mut() = status;
+    *response.headers_mut() = headers;
+    response
+}
+
+/// An offset token as a header value.
+fn offset_header(offset: runnel_core::Offset) -> HeaderValue {
+    HeaderValue::from_str(offset.token().as_str()).expect("offset tokens are header-safe")
+}
+
+/// A header value from a string the server produced (numbers,
 /// content types already validated as header values).
 fn header_value(s: &str) -> HeaderValue {
     HeaderValue::from_str(s)

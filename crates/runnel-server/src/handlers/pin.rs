@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use axum::body::Body;
-use axum::extract::{Request, State};
+use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue, Method, StatusCode};
@@ -151,7 +151,7 @@ pub(super) async fn request_pin(
         names::STREAM_FORK_SUB_OFFSET,
         HeaderValue::from(fork.sub_offset),
     );
-    let response = Box::pin(super::stream(State(app.clone()), request)).await;
+    let response = Box::pin(super::stream(app.clone(), request)).await;
     if response.status() != StatusCode::OK {
         return Err(response);
     }
@@ -176,7 +176,7 @@ pub(crate) async fn send_unpins(app: &AppState, pins: Vec<RemotePin>) {
         let mut delay = Duration::from_millis(50);
         for attempt in 1..=5 {
             let request = internal_request(Method::DELETE, &pin.source, &pin.token);
-            let response = Box::pin(super::stream(State(app.clone()), request)).await;
+            let response = Box::pin(super::stream(app.clone(), request)).await;
             if response.status().is_success() {
                 break;
             }

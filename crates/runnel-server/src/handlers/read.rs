@@ -1,14 +1,15 @@
 //! GET: catch-up reads and long-polls (SSE lives in [`super::sse`]).
 
+use axum::body::Body;
 use axum::extract::Request;
-use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::Response;
+use http::{HeaderValue, StatusCode};
 use runnel_core::json::render_json_array;
 use runnel_core::offset::parse_read_from;
 use runnel_core::{ContentKind, ReadFrom, ReadPlan};
 use runnel_engine::{now_ms, GroupEngine, ReadResult};
 
-use super::{head::metadata_headers, header_value, sse};
+use super::{head::metadata_headers, header_value, offset_header, response, response_headers, sse};
 use crate::cursor::next_cursor;
 use crate::error::ApiError;
 use crate::headers::{self, names};
@@ -111,10 +112,10 @@ async fn wait_for_data(
 
 /// 204 for a long-poll that found nothing new.
 fn no_new_data(plan: &ReadPlan, client_cursor: Option<&str>) -> Response {
-    let mut headers = HeaderMap::new();
+    let mut headers = response_headers();
     headers.insert(
         names::STREAM_NEXT_OFFSET,
-        header_value(&plan.info.next_offset.to_string()),
+        offset_header(plan.info.next_offset),
     );
     headers.insert(names::STREAM_UP_TO_DATE, HeaderValue::from_static("true"));
     headers.insert(
@@ -128,7 +129,7 @@ fn no_new_data(plan: &ReadPlan, client_cursor: Option<&str>) -> Response {
         http::header::CACHE_CONTROL,
         HeaderValue::from_static("no-store"),
     );
-    (StatusCode::NO_CONTENT, headers).into_response()
+    response(StatusCode::NO_CONTENT, headers, Body::empty())
 }
 
 fn data_response(
@@ -139,13 +140,10 @@ fn data_response(
     if_none_match: Option<&str>,
 ) -> Response {
     let plan = &result.plan;
-    let mut headers = HeaderMap::new();
+    let mut headers = response_headers();
     metadata_headers(&plan.info, &mut headers);
     // The read's own position, not the stream's tail.
-    headers.insert(
-        names::STREAM_NEXT_OFFSET,
-        header_value(&plan.next.to_string()),
-    );
+    headers.insert(names::STREAM_NEXT_OFFSET, offset_header(plan.next));
     headers.remove(names::STREAM_CLOSED);
     if plan.up_to_date() {
         headers.insert(names::STREAM_UP_TO_DATE, HeaderValue::from_static("true"));
@@ -179,7 +177,7 @@ fn data_response(
             .is_some_and(|v| v.split(',').any(|t| t.trim() == etag || t.trim() == "*"));
         headers.insert(http::header::ETAG, header_value(&etag));
         if matched {
-            return (StatusCode::NOT_MODIFIED, headers).into_response();
+            return response(StatusCode::NOT_MODIFIED, headers, Body::empty());
         }
     }
     let body = if plan.info.kind == ContentKind::Json {
@@ -187,5 +185,5 @@ fn data_response(
     } else {
         result.body
     };
-    (StatusCode::OK, headers, body).into_response()
+    response(StatusCode::OK, headers, body)
 }

@@ -17,7 +17,7 @@ use runnel_core::offset::parse_offset;
 use runnel_core::{Applied, Body, Command, PutSnapshot};
 use sha2::{Digest, Sha256};
 
-use super::{body_bytes_up_to, header_value};
+use super::{body_bytes_up_to, header_value, offset_header};
 use crate::error::ApiError;
 use crate::headers::{self, names};
 use crate::AppState;
@@ -59,7 +59,7 @@ fn get(app: &AppState, name: &str, offset: Option<u64>) -> Result<Response, ApiE
     );
     headers.insert(
         names::STREAM_SNAPSHOT_OFFSET,
-        header_value(&runnel_core::Offset(snapshot.offset).to_string()),
+        offset_header(runnel_core::Offset(snapshot.offset)),
     );
     // A snapshot at an offset never changes.
     let cache = if offset.is_some() {
@@ -99,10 +99,7 @@ async fn put(
         unreachable!("a snapshot answers SnapshotStored");
     };
     let mut headers = HeaderMap::new();
-    headers.insert(
-        names::STREAM_SNAPSHOT_OFFSET,
-        header_value(&offset.to_string()),
-    );
+    headers.insert(names::STREAM_SNAPSHOT_OFFSET, offset_header(offset));
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -120,9 +117,6 @@ pub async fn trim(app: AppState, name: String, offset: String) -> Result<Respons
         unreachable!("a trim answers Trimmed");
     };
     let mut headers = HeaderMap::new();
-    headers.insert(
-        names::STREAM_EARLIEST_OFFSET,
-        header_value(&earliest.to_string()),
-    );
+    headers.insert(names::STREAM_EARLIEST_OFFSET, offset_header(earliest));
     Ok((StatusCode::NO_CONTENT, headers).into_response())
 }
