@@ -18,10 +18,10 @@ SYSTEMS=${SYSTEMS:-runnel-1 runnel-3 ursula-3-fsync ursula-3-nofsync}
 SIZES=${SIZES:-100 500}
 DURATION=${DURATION:-10}
 BASE=${BASE:-4700}
-RUNNEL=$root/target/release/runnel
+RUNNEL=$root/target/dist/runnel
 
 mkdir -p "$OUT" "$PEERS"
-cargo build --release --locked -p runnel >&2
+cargo build --profile dist --locked -p runnel >&2
 case " $SYSTEMS " in
   *" ursula-"*) [ -x "$PEERS/bin/ursula" ] || cargo install --locked --root "$PEERS" ursula@0.11.5 ;;
 esac

@@ -23,10 +23,10 @@ else
   MS_SIZES=${MS_SIZES:-"100 500 2000"}; FO_SIZES=${FO_SIZES:-"100 1000 10000"}; RP_SIZES=${RP_SIZES:-"100 1000"}
 fi
 PORT=${PORT:-4599}
-RUNNEL=$root/target/release/runnel
+RUNNEL=$root/target/dist/runnel
 
 mkdir -p "$OUT" "$PEERS"
-cargo build --release --locked -p runnel >&2
+cargo build --profile dist --locked -p runnel >&2
 
 install_peer() {
   case "$1" in

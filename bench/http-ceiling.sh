@@ -4,7 +4,8 @@
 # bench/wrk-append.lua) against nginx answering 204 to every POST, runnel
 # (durable appends, --sync batch), and runnel's no-op baseline server,
 # ROUNDS times in turn. Needs wrk and nginx (apt-get install wrk
-# nginx-light) and a release build of runnel.
+# nginx-light); builds runnel's dist profile (RUNNEL_BIN picks another
+# binary).
 #
 #   bench/http-ceiling.sh            # ROUNDS=2 DURATION=10 by default
 set -euo pipefail
@@ -12,7 +13,8 @@ cd "$(dirname "$0")/.."
 ROUNDS=${ROUNDS:-2}
 DURATION=${DURATION:-10}
 PORT=${PORT:-4597}
-bin=target/release/runnel
+bin=${RUNNEL_BIN:-target/dist/runnel}
+[ -n "${RUNNEL_BIN:-}" ] || cargo build --profile dist --locked -p runnel >&2
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 

@@ -18,7 +18,6 @@
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
-use std::time::Duration;
 
 use axum::body::Body;
 use bytes::{Buf, Bytes, BytesMut};
@@ -57,33 +56,24 @@ const MAX_HEADERS: usize = 100;
 /// Reads until the next request is known to be served here or not. Most
 /// requests for hyper are decided by their head.
 /// `received` holds bytes of it that already arrived (while the previous
-/// answer was prepared).
-pub async fn read_request<I: AsyncRead + Unpin>(
-    io: &mut I,
-    received: Bytes,
-    header_timeout: Duration,
-) -> NextRequest {
+/// answer was prepared). The caller bounds how long this may take.
+pub async fn read_request<I: AsyncRead + Unpin>(io: &mut I, received: Bytes) -> NextRequest {
     let mut buffer = BytesMut::with_capacity(1024.max(received.len()));
     buffer.extend_from_slice(&received);
     drop(received);
-    let read = async {
-        loop {
-            let wanted = match classify(&mut buffer) {
-                Classified::Decided(decision) => return decision,
-                Classified::Needs(total) => total,
-            };
-            buffer.reserve(wanted.saturating_sub(buffer.len()).max(1024));
-            match io.read_buf(&mut buffer).await {
-                Ok(0) | Err(_) if buffer.is_empty() => return NextRequest::Gone,
-                // A partial request and then nothing: hyper answers it.
-                Ok(0) | Err(_) => return NextRequest::Other(buffer.split().freeze()),
-                Ok(_) => {}
-            }
+    loop {
+        let wanted = match classify(&mut buffer) {
+            Classified::Decided(decision) => return decision,
+            Classified::Needs(total) => total,
+        };
+        buffer.reserve(wanted.saturating_sub(buffer.len()).max(1024));
+        match io.read_buf(&mut buffer).await {
+            Ok(0) | Err(_) if buffer.is_empty() => return NextRequest::Gone,
+            // A partial request and then nothing: hyper answers it.
+            Ok(0) | Err(_) => return NextRequest::Other(buffer.split().freeze()),
+            Ok(_) => {}
         }
-    };
-    tokio::time::timeout(header_timeout, read)
-        .await
-        .unwrap_or(NextRequest::Gone)
+    }
 }
 
 /// What the bytes read so far decide.

@@ -237,18 +237,22 @@ where
 {
     use connection::NextRequest;
 
-    // Made once: re-registering with the shutdown signal for every request
-    // would cost more than reading the request.
+    // Made once: re-registering with the shutdown signal and the timer for
+    // every request would cost more than reading the request. (Moving a
+    // registered deadline later does not touch the timer wheel.)
     let mut watched = stop.clone();
     let mut stopping = std::pin::pin!(watched.wait_for(|stopping| *stopping));
+    let mut idle = std::pin::pin!(tokio::time::sleep(HEADER_READ_TIMEOUT));
     let mut received = bytes::Bytes::new();
     loop {
-        // A connection still silent at shutdown (or idle between requests)
-        // is closed, as hyper closes its idle ones.
-        let reading = connection::read_request(&mut io, received, HEADER_READ_TIMEOUT);
+        // A connection still silent at shutdown, or that sends no whole
+        // request in time, is closed, as hyper closes its idle ones.
+        idle.as_mut()
+            .reset(tokio::time::Instant::now() + HEADER_READ_TIMEOUT);
         let next = tokio::select! {
-            next = reading => next,
+            next = connection::read_request(&mut io, received) => next,
             _ = &mut stopping => NextRequest::Gone,
+            _ = &mut idle => NextRequest::Gone,
         };
         match next {
             NextRequest::Sse(request) => {
