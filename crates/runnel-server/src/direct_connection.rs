@@ -10,10 +10,9 @@
 //! the stream cleanly. Other responses keep the connection for the next
 //! request unless the client asked to close it.
 
+use std::future::Future;
 use std::io::{self, IoSlice, Write};
 use std::time::SystemTime;
-
-use std::future::Future;
 
 use axum::body::Body;
 use axum::response::Response;

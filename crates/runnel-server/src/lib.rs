@@ -136,7 +136,8 @@ pub fn app(node: Arc<dyn NodeEngine>, config: ServerConfig) -> AppState {
 /// HTTP/1.1 requests with small bodies or none, SSE reads and appends
 /// among them, are served without hyper ([`connection`]) until a
 /// connection carries anything else; from then on hyper serves it, with
-/// its per-connection buffers at their smallest. Both hand requests to [`routes::handle`].
+/// its per-connection buffers at their smallest. Both hand requests to
+/// [`routes::handle`].
 pub async fn serve(
     listener: tokio::net::TcpListener,
     config: &ServerConfig,
@@ -243,6 +244,10 @@ where
     let mut watched = stop.clone();
     let mut stopping = std::pin::pin!(watched.wait_for(|stopping| *stopping));
     let mut idle = std::pin::pin!(tokio::time::sleep(HEADER_READ_TIMEOUT));
+    // The application's future is boxed: held inline it would make every
+    // connection's task as large as the largest handler, for its whole
+    // life, idle SSE readers included.
+    let respond = |request| Box::pin(routes::handle(app.clone(), request));
     let mut received = bytes::Bytes::new();
     loop {
         // A connection still silent at shutdown, or that sends no whole
@@ -256,7 +261,6 @@ where
         };
         match next {
             NextRequest::Sse(request) => {
-                let respond = |request| routes::handle(app, request);
                 if let Err(e) = direct_connection::serve(io, respond, *request, stop).await {
                     tracing::debug!(error = %e, "SSE connection ended with an error");
                 }
@@ -265,17 +269,14 @@ where
             NextRequest::Plain {
                 request,
                 keep_alive,
-            } => {
-                let respond = |request| routes::handle(app.clone(), request);
-                match direct_connection::answer(&mut io, respond, *request, keep_alive).await {
-                    Ok(direct_connection::AfterAnswer::KeepAlive(early)) => received = early,
-                    Ok(direct_connection::AfterAnswer::Closed) => return None,
-                    Err(e) => {
-                        tracing::debug!(error = %e, "connection ended with an error");
-                        return None;
-                    }
+            } => match direct_connection::answer(&mut io, respond, *request, keep_alive).await {
+                Ok(direct_connection::AfterAnswer::KeepAlive(early)) => received = early,
+                Ok(direct_connection::AfterAnswer::Closed) => return None,
+                Err(e) => {
+                    tracing::debug!(error = %e, "connection ended with an error");
+                    return None;
                 }
-            }
+            },
             NextRequest::Other(prefix) => return Some((io, prefix)),
             NextRequest::Gone => return None,
         }

@@ -2,9 +2,9 @@
 //! ([`crate::direct_connection`]) read it: the CORS preflight, the fixed
 //! paths, stream requests, and the headers every response carries.
 //!
-//! Routing is a match on the path rather than a router: there are three
+//! Routing is a match on the path rather than a router: there are two
 //! fixed paths and one prefix, and a router's matching, boxing and layers
-//! cost more per request than the append they serve.
+//! cost a good part of what serving a small append costs.
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};

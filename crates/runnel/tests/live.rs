@@ -187,23 +187,26 @@ async fn connection_churn_leaves_no_memory_behind() {
 }
 
 /// The budget is 16 KiB of server memory per idle SSE reader
-/// (measured at 10,000 by `bench/idle-sse-memory.py`); 2,000 here.
+/// (measured at 10,000 by `bench/idle-sse-memory.py`); 2,000 here. The
+/// direct path keeps a reader near 3.5 KiB, and the bound is 6 KiB so that
+/// a regression shows: holding the application's future inline in the
+/// connection task once made it 8 KiB.
 #[tokio::test]
-async fn idle_sse_readers_cost_under_16_kib_each() {
-    assert_idle_sse_readers_cost_under_16_kib(false).await;
+async fn idle_sse_readers_cost_under_6_kib_each() {
+    assert_idle_sse_readers_cost_under_6_kib(false).await;
 }
 
 /// Browsers reuse kept-alive connections: an SSE read that follows a
 /// catch-up read on the same connection costs as little.
 #[tokio::test]
-async fn idle_sse_readers_after_a_read_on_their_connection_cost_under_16_kib_each() {
-    assert_idle_sse_readers_cost_under_16_kib(true).await;
+async fn idle_sse_readers_after_a_read_on_their_connection_cost_under_6_kib_each() {
+    assert_idle_sse_readers_cost_under_6_kib(true).await;
 }
 
 /// Growth of the server's resident memory per idle SSE reader, over 2,000
-/// readers on raw connections, must stay under 16 KiB; with `read_first`,
+/// readers on raw connections, must stay under 6 KiB; with `read_first`,
 /// each connection first carries a catch-up read of the (empty) stream.
-async fn assert_idle_sse_readers_cost_under_16_kib(read_first: bool) {
+async fn assert_idle_sse_readers_cost_under_6_kib(read_first: bool) {
     raise_open_file_limit();
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &[]).await;
@@ -251,7 +254,7 @@ async fn assert_idle_sse_readers_cost_under_16_kib(read_first: bool) {
     let per_reader = server.rss_bytes().saturating_sub(before) / 2_000;
     eprintln!("{per_reader} bytes of RSS per idle SSE reader (read first: {read_first})");
     assert!(
-        per_reader < 16 << 10,
+        per_reader < 6 << 10,
         "{per_reader} bytes per idle SSE reader (read first: {read_first})"
     );
 }

@@ -51,6 +51,11 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
         return sse::serve(app, name, resume.unwrap_or(from), query.cursor).await;
     }
 
+    let if_none_match =
+        headers::text(request.headers(), http::header::IF_NONE_MATCH.as_str())?.map(str::to_string);
+    // A long-poll may wait for many seconds: the request (whose headers
+    // share the buffer it was read into) goes first.
+    drop(request);
     let engine = app.node.engine_for(&name);
     let mut result = engine.read(&name, from, app.config.max_read_bytes)?;
     if live == Live::LongPoll && result.body.is_empty() {
@@ -60,8 +65,6 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
         }
     }
 
-    let if_none_match =
-        headers::text(request.headers(), http::header::IF_NONE_MATCH.as_str())?.map(str::to_string);
     Ok(data_response(
         result,
         from == ReadFrom::Now,
