@@ -32,20 +32,21 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A free port whose successor is free too (a cluster node's Raft port).
+# A free port whose successor is free too (a cluster node's Raft port),
+# below the kernel's ephemeral range: a port from that range can be taken
+# as the source port of a node's connection to a peer that has not started
+# yet, and the peer then cannot bind it.
 free_port_pair() {
   python3 - <<'PY'
-import socket
+import random, socket
 while True:
-    a = socket.socket(); a.bind(("127.0.0.1", 0)); port = a.getsockname()[1]
-    b = socket.socket()
+    port = random.randrange(20000, 32000)
     try:
-        b.bind(("127.0.0.1", port + 1))
+        for p in (port, port + 1):
+            s = socket.socket(); s.bind(("127.0.0.1", p)); s.close()
     except OSError:
         continue
-    finally:
-        b.close()
-    a.close(); print(port); break
+    print(port); break
 PY
 }
 

@@ -78,6 +78,11 @@ pub enum OpenError {
         path: PathBuf,
         source: std::io::Error,
     },
+    #[error("cannot listen for Raft peers on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
     #[error(
         "data directory was written with {found}, but this node is configured with {configured}"
     )]

@@ -372,8 +372,8 @@ impl Transport for TcpTransport {
     {
         Box::pin(async move {
             let listener = TcpListener::bind(&self.listen).await.map_err(|source| {
-                crate::node::OpenError::Io {
-                    path: std::path::PathBuf::from(&self.listen),
+                crate::node::OpenError::Listen {
+                    addr: self.listen.to_string(),
                     source,
                 }
             })?;

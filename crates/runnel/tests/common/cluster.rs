@@ -13,12 +13,17 @@ pub struct Cluster {
     children: Vec<Option<Child>>,
 }
 
-/// A free loopback port whose successor (the Raft port) is free too.
+/// A free loopback port whose successor (the Raft port) is free too,
+/// below the kernel's ephemeral range: a port from that range can be taken
+/// as the source port of a node's connection to a peer that has not
+/// started yet, and the peer then cannot bind it.
 fn free_port_pair() -> u16 {
+    use rand::Rng;
     loop {
-        let a = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = a.local_addr().unwrap().port();
-        if port < u16::MAX && TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+        let port = rand::thread_rng().gen_range(20_000..32_000);
+        if TcpListener::bind(("127.0.0.1", port)).is_ok()
+            && TcpListener::bind(("127.0.0.1", port + 1)).is_ok()
+        {
             return port;
         }
     }
