@@ -1,6 +1,8 @@
 //! `runnel bench log`: the append log alone, without HTTP. W writer
 //! threads append fixed-size records and wait for each acknowledgement;
-//! reported per engine: appends/s, MB/s and ack latency.
+//! reported per engine: appends/s, MB/s and ack latency, and for runnel's
+//! log the syncs it made and their mean duration, against which the ack
+//! latency reads as a number of syncs.
 //!
 //! Engines: `runnel` (runnel-log with group commit, or `runnel-nosync`);
 //! `runnel-tasks`, the same log with the writers as tokio tasks awaiting
@@ -15,7 +17,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use runnel_log::{Log, LogOptions, SyncMode};
+use runnel_log::{Log, LogOptions, SyncMode, SyncStats};
 
 use crate::stats::Latency;
 use crate::BenchError;
@@ -55,12 +57,22 @@ pub struct LogResult {
     pub p50_ms: f64,
     pub p99_ms: f64,
     pub p999_ms: f64,
+    /// runnel's log only: syncs per second during the run.
+    pub syncs_per_sec: Option<f64>,
+    /// runnel's log only: mean duration of one sync (`fdatasync`) during
+    /// the run.
+    pub mean_sync_ms: Option<f64>,
 }
 
 /// A write-ahead log under test: `append` returns once the record is
 /// acknowledged as the engine defines it.
 trait Engine: Send + Sync {
     fn append(&self, writer: usize, record: &[u8]) -> Result<(), String>;
+
+    /// The engine's sync counts, where it reports them.
+    fn sync_stats(&self) -> Option<SyncStats> {
+        None
+    }
 }
 
 pub fn run(args: Args) -> Result<(), BenchError> {
@@ -76,8 +88,8 @@ pub fn run(args: Args) -> Result<(), BenchError> {
     let writers = parse(&args.writers, "--writers")?;
     let sizes = parse(&args.record_bytes, "--record-bytes")?;
     let mut results = Vec::new();
-    println!("| engine | writers | record B | appends/s | MB/s | p50 ms | p99 ms | p99.9 ms |");
-    println!("|---|---|---|---|---|---|---|---|");
+    println!("| engine | writers | record B | appends/s | MB/s | p50 ms | p99 ms | p99.9 ms | syncs/s | mean sync ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|");
     for engine_name in args.engines.split(',').map(str::trim) {
         for &size in &sizes {
             for &w in &writers {
@@ -92,8 +104,11 @@ pub fn run(args: Args) -> Result<(), BenchError> {
                     let r = measure(engine_name, engine.as_ref(), w, size, duration);
                     (r, Some(engine))
                 };
+                let or_dash = |v: Option<f64>, digits: usize| {
+                    v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
+                };
                 println!(
-                    "| {} | {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} |",
+                    "| {} | {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {} | {} |",
                     r.engine,
                     r.writers,
                     r.record_bytes,
@@ -101,7 +116,9 @@ pub fn run(args: Args) -> Result<(), BenchError> {
                     r.mb_per_sec,
                     r.p50_ms,
                     r.p99_ms,
-                    r.p999_ms
+                    r.p999_ms,
+                    or_dash(r.syncs_per_sec, 0),
+                    or_dash(r.mean_sync_ms, 3),
                 );
                 results.push(r);
                 drop(engine);
@@ -146,6 +163,7 @@ fn measure_tasks(
         .enable_all()
         .build()?;
     let record = Arc::new(vec![0x5au8; size]);
+    let syncs_before = log.sync_stats();
     let start = Instant::now();
     let deadline = start + duration;
     let latencies: Vec<(Latency, u64)> = runtime.block_on(async {
@@ -179,7 +197,15 @@ fn measure_tasks(
         }
         out
     });
-    Ok(summarize("runnel-tasks", writers, size, start, &latencies))
+    let syncs = Some((syncs_before, log.sync_stats()));
+    Ok(summarize(
+        "runnel-tasks",
+        writers,
+        size,
+        start,
+        &latencies,
+        syncs,
+    ))
 }
 
 fn measure(
@@ -191,6 +217,7 @@ fn measure(
 ) -> LogResult {
     let stop = AtomicBool::new(false);
     let record = vec![0x5au8; size];
+    let syncs_before = engine.sync_stats();
     let start = Instant::now();
     let latencies: Vec<(Latency, u64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..writers)
@@ -218,7 +245,8 @@ fn measure(
             .map(|h| h.join().expect("writer thread"))
             .collect()
     });
-    summarize(name, writers, size, start, &latencies)
+    let syncs = syncs_before.zip(engine.sync_stats());
+    summarize(name, writers, size, start, &latencies, syncs)
 }
 
 fn summarize(
@@ -227,8 +255,14 @@ fn summarize(
     size: usize,
     start: Instant,
     latencies: &[(Latency, u64)],
+    syncs: Option<(SyncStats, SyncStats)>,
 ) -> LogResult {
     let elapsed = start.elapsed().as_secs_f64();
+    let synced = syncs.map(|(before, after)| {
+        let count = after.syncs - before.syncs;
+        let time = after.sync_time - before.sync_time;
+        (count, time)
+    });
     let mut all = Latency::default();
     let mut total = 0;
     for (l, c) in latencies {
@@ -245,6 +279,10 @@ fn summarize(
         p50_ms: s.p50_ms,
         p99_ms: s.p99_ms,
         p999_ms: s.p999_ms,
+        syncs_per_sec: synced.map(|(count, _)| count as f64 / elapsed),
+        mean_sync_ms: synced
+            .filter(|(count, _)| *count > 0)
+            .map(|(count, time)| time.as_secs_f64() * 1e3 / count as f64),
     }
 }
 
@@ -295,6 +333,10 @@ impl RunnelLog {
 }
 
 impl Engine for RunnelLog {
+    fn sync_stats(&self) -> Option<SyncStats> {
+        Some(self.log.sync_stats())
+    }
+
     fn append(&self, _writer: usize, record: &[u8]) -> Result<(), String> {
         let at = self.log.append(record).map_err(|e| e.to_string())?;
         let (lock, cvar) = &*self.durable;

@@ -275,6 +275,8 @@ impl NodeEngine for Node {
             "groups": self.groups.len(),
             "log_position": self.log_position(),
             "log_segments": self.log_segments(),
+            "log_syncs": self.log.sync_stats().syncs,
+            "log_sync_seconds": self.log.sync_stats().sync_time.as_secs_f64(),
             "write_failure": self.write_failure(),
         })
     }

@@ -171,6 +171,16 @@ struct Shared {
     segments: RwLock<BTreeMap<u64, Arc<Segment>>>,
     durable: AtomicU64,
     listener: DurabilityListener,
+    /// Syncs done since the log opened, and the time spent in them.
+    syncs: AtomicU64,
+    sync_nanos: AtomicU64,
+}
+
+/// How often the log synced and how long the syncs took, since it opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SyncStats {
+    pub syncs: u64,
+    pub sync_time: Duration,
 }
 
 /// An open log. Dropping it stops the committer after it has written what
@@ -268,6 +278,8 @@ impl Log {
             wake_committer: Condvar::new(),
             segments: RwLock::new(segments),
             durable: AtomicU64::new(end),
+            syncs: AtomicU64::new(0),
+            sync_nanos: AtomicU64::new(0),
             listener,
         });
         if shared.options.manual_commit {
@@ -332,6 +344,14 @@ impl Log {
     /// Everything before this position is durable (per the sync mode).
     pub fn durable_position(&self) -> u64 {
         self.shared.durable.load(Ordering::Acquire)
+    }
+
+    /// Syncs so far and the time they took.
+    pub fn sync_stats(&self) -> SyncStats {
+        SyncStats {
+            syncs: self.shared.syncs.load(Ordering::Relaxed),
+            sync_time: Duration::from_nanos(self.shared.sync_nanos.load(Ordering::Relaxed)),
+        }
     }
 
     /// Reads `buf.len()` bytes at a durable position. A read never spans
@@ -623,9 +643,13 @@ impl ActiveSegment {
             .write_all_at(bytes, self.len)
             .map_err(|e| LogError::io("writing records", e))?;
         if sync {
+            let started = Instant::now();
             self.file
                 .sync_data()
                 .map_err(|e| LogError::io("syncing records", e))?;
+            let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            shared.sync_nanos.fetch_add(took, Ordering::Relaxed);
+            shared.syncs.fetch_add(1, Ordering::Relaxed);
         }
         self.len += bytes.len() as u64;
         let end = self.base + self.len;

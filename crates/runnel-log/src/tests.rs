@@ -326,9 +326,26 @@ fn concurrent_writers_share_syncs_and_lose_nothing() {
         "{batches} syncs for {} appends",
         writers * each
     );
+    // Every published batch was synced, and the statistics say so.
+    let stats = log.sync_stats();
+    assert_eq!(stats.syncs, batches);
+    assert!(stats.sync_time > Duration::ZERO);
     drop(log);
     let (_log, recovered) = open_collect(dir.path(), LogOptions::default());
     let mut expected = acknowledged;
     expected.sort();
     assert_eq!(recovered, expected);
+}
+
+#[test]
+fn a_log_that_does_not_sync_counts_no_syncs() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        sync: SyncMode::Never,
+        ..LogOptions::default()
+    };
+    let log = Log::open(dir.path(), options, no_listener(), |_| Ok(())).unwrap();
+    let at = log.append(b"unsynced").unwrap();
+    wait_durable(&log, at.end);
+    assert_eq!(log.sync_stats(), SyncStats::default());
 }

@@ -253,5 +253,8 @@ fn the_log_benchmark_runs() {
     for line in lines.lines() {
         let r: serde_json::Value = serde_json::from_str(line).unwrap();
         assert!(r["appends_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        // Both engines are runnel's log: they report their syncs.
+        assert!(r["syncs_per_sec"].as_f64().unwrap() > 0.0, "{r}");
+        assert!(r["mean_sync_ms"].as_f64().unwrap() > 0.0, "{r}");
     }
 }
