@@ -44,6 +44,9 @@ pub struct ServerConfig {
     /// server has some to send is closed (a stuck SSE reader is cut off and
     /// resumes by offset).
     pub write_stall_timeout: Duration,
+    /// A connection that sends no complete request for this long, between
+    /// requests or in the middle of one, is closed.
+    pub request_read_timeout: Duration,
     /// Open connections; more wait in the accept backlog.
     pub max_connections: usize,
     /// Concurrent SSE and long-poll readers; more get 503 + Retry-After.
@@ -64,6 +67,7 @@ impl Default for ServerConfig {
             sse_keepalive: Duration::from_secs(15),
             sse_max_duration: Duration::from_secs(60),
             write_stall_timeout: Duration::from_secs(10),
+            request_read_timeout: Duration::from_secs(30),
             max_connections: 50_000,
             max_live_readers: 40_000,
             max_memory_bytes: None,
@@ -71,14 +75,14 @@ impl Default for ServerConfig {
     }
 }
 
-/// What every handler gets: one shared [`App`], so the per-request clone
-/// the router makes is a single reference count.
+/// What every handler gets: one shared [`App`], so the clone each request
+/// and connection takes is a single reference count.
 #[derive(Clone)]
 pub struct AppState(Arc<App>);
 
 impl AppState {
     /// A handle that does not keep the application alive: background tasks
-    /// hold one and end once the router is gone.
+    /// hold one and end once the server is gone.
     pub fn downgrade(&self) -> std::sync::Weak<App> {
         Arc::downgrade(&self.0)
     }
@@ -160,7 +164,7 @@ pub async fn serve(
     builder
         .max_buf_size(8192)
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_READ_TIMEOUT);
+        .header_read_timeout(config.request_read_timeout);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Connections served outside hyper end when this turns true; each holds
     // a receiver, so the sender sees when the last one is gone.
@@ -177,7 +181,15 @@ pub async fn serve(
             graceful.watcher(),
             direct_stopped.clone(),
         );
-        tokio::spawn(serve_connection(io, app, builder, watcher, stop));
+        let read_timeout = config.request_read_timeout;
+        tokio::spawn(serve_connection(
+            io,
+            app,
+            builder,
+            watcher,
+            stop,
+            read_timeout,
+        ));
     }
     drop(direct_stopped);
     let _ = stop_direct.send(true);
@@ -194,10 +206,6 @@ pub async fn serve(
     Ok(())
 }
 
-/// Longest wait for a request head, the first or the next on a kept-alive
-/// connection.
-const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
-
 /// One connection: requests served here one after another while they are
 /// ordinary ones ([`connection`]), then hyper for the rest of it.
 async fn serve_connection<I>(
@@ -206,12 +214,13 @@ async fn serve_connection<I>(
     builder: hyper::server::conn::http1::Builder,
     watcher: hyper_util::server::graceful::Watcher,
     stop: tokio::sync::watch::Receiver<bool>,
+    read_timeout: Duration,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     use hyper_util::rt::TokioIo;
 
-    let Some((io, prefix)) = serve_directly(io, app.clone(), stop).await else {
+    let Some((io, prefix)) = serve_directly(io, app.clone(), stop, read_timeout).await else {
         return;
     };
     let io = TokioIo::new(connection::Rewind::new(prefix, io));
@@ -232,6 +241,7 @@ async fn serve_directly<I>(
     mut io: I,
     app: AppState,
     stop: tokio::sync::watch::Receiver<bool>,
+    read_timeout: Duration,
 ) -> Option<(I, bytes::Bytes)>
 where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
@@ -243,7 +253,7 @@ where
     // registered deadline later does not touch the timer wheel.)
     let mut watched = stop.clone();
     let mut stopping = std::pin::pin!(watched.wait_for(|stopping| *stopping));
-    let mut idle = std::pin::pin!(tokio::time::sleep(HEADER_READ_TIMEOUT));
+    let mut idle = std::pin::pin!(tokio::time::sleep(read_timeout));
     // The application's future is boxed: held inline it would make every
     // connection's task as large as the largest handler, for its whole
     // life, idle SSE readers included.
@@ -253,7 +263,7 @@ where
         // A connection still silent at shutdown, or that sends no whole
         // request in time, is closed, as hyper closes its idle ones.
         idle.as_mut()
-            .reset(tokio::time::Instant::now() + HEADER_READ_TIMEOUT);
+            .reset(tokio::time::Instant::now() + read_timeout);
         let next = tokio::select! {
             next = connection::read_request(&mut io, received) => next,
             _ = &mut stopping => NextRequest::Gone,

@@ -51,6 +51,9 @@ pub struct ServeArgs {
     /// A connection that accepts no bytes for this long is closed [default: 10000].
     #[arg(long)]
     pub write_stall_timeout_ms: Option<u64>,
+    /// A connection that sends no complete request this long is closed [default: 30000].
+    #[arg(long)]
+    pub request_read_timeout_ms: Option<u64>,
     /// Open connections at most; more wait in the backlog [default: 50000].
     #[arg(long)]
     pub max_connections: Option<usize>,
@@ -227,6 +230,9 @@ impl ServeArgs {
         }
         if let Some(ms) = pick!(write_stall_timeout_ms) {
             server.write_stall_timeout = Duration::from_millis(ms.max(1));
+        }
+        if let Some(ms) = pick!(request_read_timeout_ms) {
+            server.request_read_timeout = Duration::from_millis(ms.max(1));
         }
         if let Some(n) = pick!(max_connections) {
             server.max_connections = n.max(1);

@@ -180,3 +180,117 @@ async fn a_full_disk_fails_writes_with_507_and_acknowledges_nothing() {
     assert_eq!(health.status(), 503);
     assert!(health.text().await.unwrap().contains("storage failed"));
 }
+
+/// Reads from `stream` until it closes or `within` passes; returns what
+/// arrived and whether the server closed the connection.
+async fn read_until_closed(
+    stream: &mut tokio::net::TcpStream,
+    within: std::time::Duration,
+) -> (String, bool) {
+    use tokio::io::AsyncReadExt;
+    let mut received = Vec::new();
+    let reading = async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return true,
+                Ok(n) => received.extend_from_slice(&buf[..n]),
+            }
+        }
+    };
+    let closed = tokio::time::timeout(within, reading).await.unwrap_or(false);
+    (String::from_utf8_lossy(&received).into_owned(), closed)
+}
+
+#[tokio::test]
+async fn connections_that_send_no_whole_request_in_time_are_closed() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--request-read-timeout-ms", "300"]).await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let within = std::time::Duration::from_secs(5);
+
+    // Silent from the start.
+    let mut silent = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (received, closed) = read_until_closed(&mut silent, within).await;
+    assert!(closed && received.is_empty(), "{received:?}");
+
+    // Idle after one answered request on a kept-alive connection.
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    idle.write_all(format!("GET /health HTTP/1.1\r\nhost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .unwrap();
+    let (received, closed) = read_until_closed(&mut idle, within).await;
+    assert!(closed, "still open: {received:?}");
+    assert!(received.starts_with("HTTP/1.1 200"), "{received:?}");
+
+    // Stopped in the middle of a request's body.
+    let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head =
+        "POST /v1/stream/s HTTP/1.1\r\ncontent-type: text/plain\r\ncontent-length: 10\r\n\r\nabc";
+    stalled.write_all(head.as_bytes()).await.unwrap();
+    let (received, closed) = read_until_closed(&mut stalled, within).await;
+    assert!(closed, "still open: {received:?}");
+}
+
+#[tokio::test]
+async fn appends_on_one_connection_are_answered_in_turn_whichever_path_reads_them() {
+    use tokio::io::AsyncWriteExt;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &[]).await;
+    let client = reqwest::Client::new();
+    let url = server.stream_url("turns");
+    common::create_text(&client, &url, "").await;
+    let addr = server.base.trim_start_matches("http://").to_string();
+    let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let sized = |body: &str| {
+        format!(
+            "POST /v1/stream/turns HTTP/1.1\r\nhost: {addr}\r\ncontent-type: text/plain\r\ncontent-length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    // Two appends with a length (served without hyper), then a chunked one
+    // (hyper from then on), then a sized one again, closing.
+    let mut answers = String::new();
+    for request in [
+        sized("one,"),
+        sized("two,"),
+        format!("POST /v1/stream/turns HTTP/1.1\r\nhost: {addr}\r\ncontent-type: text/plain\r\ntransfer-encoding: chunked\r\n\r\n6\r\nthree,\r\n0\r\n\r\n"),
+        sized("four").replace("HTTP/1.1\r\n", "HTTP/1.1\r\nconnection: close\r\n"),
+    ] {
+        conn.write_all(request.as_bytes()).await.unwrap();
+        // One answer at a time, so no request is pipelined.
+        let mut answer = Vec::new();
+        while !answer.ends_with(b"\r\n\r\n") {
+            let mut byte = [0u8; 1];
+            let n = tokio::io::AsyncReadExt::read(&mut conn, &mut byte)
+                .await
+                .unwrap();
+            assert_eq!(n, 1, "closed early after {answers}");
+            answer.push(byte[0]);
+        }
+        answers.push_str(&String::from_utf8_lossy(&answer));
+    }
+    let (rest, closed) = read_until_closed(&mut conn, std::time::Duration::from_secs(5)).await;
+    assert!(closed && rest.is_empty(), "{rest:?}");
+    assert_eq!(
+        answers.matches("HTTP/1.1 204 No Content").count(),
+        4,
+        "{answers}"
+    );
+    let offsets: Vec<&str> = answers
+        .lines()
+        .filter_map(|l| l.strip_prefix("stream-next-offset: "))
+        .collect();
+    assert_eq!(offsets.len(), 4, "{answers}");
+    assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
+    let body = client
+        .get(format!("{url}?offset=-1"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert_eq!(body, "one,two,three,four");
+}

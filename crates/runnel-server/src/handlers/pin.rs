@@ -196,7 +196,7 @@ pub(crate) async fn send_unpins(app: &AppState, pins: Vec<RemotePin>) {
 }
 
 /// Releases, every second, the pins that expiries on this node released;
-/// ends once the application (its router) is gone.
+/// ends once the application is gone.
 pub async fn release_expired_pins(app: std::sync::Weak<crate::App>) {
     loop {
         tokio::time::sleep(Duration::from_secs(1)).await;
