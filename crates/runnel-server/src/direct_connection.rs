@@ -24,12 +24,13 @@ use tokio::sync::watch;
 
 /// Serves the SSE `request` on `io` until the response ends, the peer goes
 /// or `shutdown` turns true, then closes the connection. `respond` is the
-/// application.
+/// application; `common` holds header lines every response gets.
 pub async fn serve<I, Respond, Answer>(
     mut io: I,
     respond: Respond,
     request: Request<Body>,
     mut shutdown: watch::Receiver<bool>,
+    common: &[u8],
 ) -> io::Result<()>
 where
     I: AsyncRead + AsyncWrite + Unpin,
@@ -38,7 +39,7 @@ where
 {
     let (parts, body) = respond(request).await.into_parts();
     let framing = Framing::of(parts.status, axum::body::HttpBody::size_hint(&body).exact());
-    let head = render_head(&parts, framing, true);
+    let head = render_head(&parts, framing, true, common);
     drop(parts);
     io.write_all(&head).await?;
     drop(head);
@@ -86,7 +87,8 @@ pub enum AfterAnswer {
     Closed,
 }
 
-/// Answers one request whose body, if it has one, was read whole.
+/// Answers one request whose body, if it has one, was read whole; with
+/// the header lines in `common` added to the answer's own.
 ///
 /// While the application works on the answer (a long-poll can wait for
 /// many seconds) the socket is watched: a peer that closes drops the
@@ -97,6 +99,7 @@ pub async fn answer<I, Respond, Answer>(
     respond: Respond,
     request: Request<Body>,
     keep_alive: bool,
+    common: &[u8],
 ) -> io::Result<AfterAnswer>
 where
     I: AsyncRead + AsyncWrite + Unpin,
@@ -122,7 +125,7 @@ where
     let (parts, body) = response.into_parts();
     let framing = Framing::of(parts.status, axum::body::HttpBody::size_hint(&body).exact());
     // Sent with the first body bytes, in one `writev`.
-    let mut head = Some(render_head(&parts, framing, !keep_alive));
+    let mut head = Some(render_head(&parts, framing, !keep_alive, common));
     drop(parts);
     let mut sent = 0u64;
     if !head_only {
@@ -222,9 +225,14 @@ impl Framing {
     }
 }
 
-/// Status line and headers, with `Date`, the framing header and, when
-/// `close`, `Connection: close`.
-fn render_head(parts: &http::response::Parts, framing: Framing, close: bool) -> Vec<u8> {
+/// Status line and headers, with the `common` lines, `Date`, the framing
+/// header and, when `close`, `Connection: close`.
+fn render_head(
+    parts: &http::response::Parts,
+    framing: Framing,
+    close: bool,
+    common: &[u8],
+) -> Vec<u8> {
     let mut out = Vec::with_capacity(512);
     out.extend_from_slice(b"HTTP/1.1 ");
     out.extend_from_slice(parts.status.as_str().as_bytes());
@@ -249,6 +257,7 @@ fn render_head(parts: &http::response::Parts, framing: Framing, close: bool) -> 
         out.extend_from_slice(value.as_bytes());
         out.extend_from_slice(b"\r\n");
     }
+    out.extend_from_slice(common);
     if !parts.headers.contains_key(header::DATE) {
         out.extend_from_slice(b"date: ");
         push_date(&mut out);
@@ -350,7 +359,7 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
-        serve(server, with(app), request, stop).await.unwrap();
+        serve(server, with(app), request, stop, b"").await.unwrap();
         let mut client = client;
         let mut all = String::new();
         client.read_to_string(&mut all).await.unwrap();
@@ -396,7 +405,7 @@ mod tests {
         let (mut client, mut server) = tokio::io::duplex(1 << 16);
         let mut open = true;
         for (request, keep_alive) in requests {
-            let after = super::answer(&mut server, with(app.clone()), request, keep_alive)
+            let after = super::answer(&mut server, with(app.clone()), request, keep_alive, b"")
                 .await
                 .unwrap();
             open = after == AfterAnswer::KeepAlive(Bytes::new());
@@ -482,7 +491,7 @@ mod tests {
         let request = Request::get("/wait").body(Body::empty()).unwrap();
         let after = tokio::time::timeout(
             std::time::Duration::from_secs(5),
-            super::answer(&mut server, with(app), request, true),
+            super::answer(&mut server, with(app), request, true, b""),
         )
         .await
         .expect("a request whose peer is gone is dropped")
@@ -502,7 +511,7 @@ mod tests {
         let (mut client, mut server) = tokio::io::duplex(1 << 16);
         let answering = tokio::spawn(async move {
             let request = Request::get("/slow").body(Body::empty()).unwrap();
-            super::answer(&mut server, with(app), request, true)
+            super::answer(&mut server, with(app), request, true, b"")
                 .await
                 .unwrap()
         });
@@ -531,7 +540,8 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
-        let served = tokio::spawn(serve(server, with(app), request, stop));
+        let served =
+            tokio::spawn(async move { serve(server, with(app), request, stop, b"").await });
         drop(client);
         tokio::time::timeout(std::time::Duration::from_secs(5), served)
             .await
@@ -546,7 +556,8 @@ mod tests {
         let (mut client, server) = tokio::io::duplex(1 << 16);
         let (stop_tx, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
-        let served = tokio::spawn(serve(server, with(app), request, stop));
+        let served =
+            tokio::spawn(async move { serve(server, with(app), request, stop, b"").await });
         let mut head = [0u8; 12];
         client.read_exact(&mut head).await.unwrap();
         stop_tx.send(true).unwrap();

@@ -69,7 +69,11 @@ impl Forwarder {
             parts.headers.insert(FORWARDED_BY, me);
         }
         match self.client.request(Request::from_parts(parts, body)).await {
-            Ok(response) => response.map(Body::new),
+            Ok(mut response) => {
+                // This node adds its own, once.
+                crate::routes::remove_protocol_headers(response.headers_mut());
+                response.map(Body::new)
+            }
             Err(e) => {
                 tracing::warn!(leader, addr, error = %e, "forwarding to the leader failed");
                 ApiError::Unavailable(format!(

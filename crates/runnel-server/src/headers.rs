@@ -7,29 +7,38 @@ use runnel_core::Producer;
 
 use crate::error::ApiError;
 
-/// Header names (lower case, as HTTP/2 and `http` want them).
+/// Header names (lower case, as HTTP/2 and `http` want them), made once:
+/// looking a header up by name as text would parse the name every time.
 pub mod names {
-    pub const STREAM_NEXT_OFFSET: &str = "stream-next-offset";
-    pub const STREAM_UP_TO_DATE: &str = "stream-up-to-date";
-    pub const STREAM_CURSOR: &str = "stream-cursor";
-    pub const STREAM_CLOSED: &str = "stream-closed";
-    pub const STREAM_SEQ: &str = "stream-seq";
-    pub const STREAM_TTL: &str = "stream-ttl";
-    pub const STREAM_EXPIRES_AT: &str = "stream-expires-at";
-    pub const STREAM_FORKED_FROM: &str = "stream-forked-from";
-    pub const STREAM_FORK_OFFSET: &str = "stream-fork-offset";
-    pub const STREAM_FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
-    pub const STREAM_SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
-    pub const STREAM_SNAPSHOT_OFFSET: &str = "stream-snapshot-offset";
-    pub const STREAM_EARLIEST_OFFSET: &str = "stream-earliest-offset";
-    pub const STREAM_COMPACTION: &str = "stream-compaction";
-    pub const STREAM_RETENTION_BYTES: &str = "stream-retention-bytes";
-    pub const STREAM_RETENTION_AGE: &str = "stream-retention-age";
-    pub const PRODUCER_ID: &str = "producer-id";
-    pub const PRODUCER_EPOCH: &str = "producer-epoch";
-    pub const PRODUCER_SEQ: &str = "producer-seq";
-    pub const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
-    pub const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+    use http::HeaderName;
+
+    pub const STREAM_NEXT_OFFSET: HeaderName = HeaderName::from_static("stream-next-offset");
+    pub const STREAM_UP_TO_DATE: HeaderName = HeaderName::from_static("stream-up-to-date");
+    pub const STREAM_CURSOR: HeaderName = HeaderName::from_static("stream-cursor");
+    pub const STREAM_CLOSED: HeaderName = HeaderName::from_static("stream-closed");
+    pub const STREAM_SEQ: HeaderName = HeaderName::from_static("stream-seq");
+    pub const STREAM_TTL: HeaderName = HeaderName::from_static("stream-ttl");
+    pub const STREAM_EXPIRES_AT: HeaderName = HeaderName::from_static("stream-expires-at");
+    pub const STREAM_FORKED_FROM: HeaderName = HeaderName::from_static("stream-forked-from");
+    pub const STREAM_FORK_OFFSET: HeaderName = HeaderName::from_static("stream-fork-offset");
+    pub const STREAM_FORK_SUB_OFFSET: HeaderName =
+        HeaderName::from_static("stream-fork-sub-offset");
+    pub const STREAM_SSE_DATA_ENCODING: HeaderName =
+        HeaderName::from_static("stream-sse-data-encoding");
+    pub const STREAM_SNAPSHOT_OFFSET: HeaderName =
+        HeaderName::from_static("stream-snapshot-offset");
+    pub const STREAM_EARLIEST_OFFSET: HeaderName =
+        HeaderName::from_static("stream-earliest-offset");
+    pub const STREAM_COMPACTION: HeaderName = HeaderName::from_static("stream-compaction");
+    pub const STREAM_RETENTION_BYTES: HeaderName =
+        HeaderName::from_static("stream-retention-bytes");
+    pub const STREAM_RETENTION_AGE: HeaderName = HeaderName::from_static("stream-retention-age");
+    pub const PRODUCER_ID: HeaderName = HeaderName::from_static("producer-id");
+    pub const PRODUCER_EPOCH: HeaderName = HeaderName::from_static("producer-epoch");
+    pub const PRODUCER_SEQ: HeaderName = HeaderName::from_static("producer-seq");
+    pub const PRODUCER_EXPECTED_SEQ: HeaderName = HeaderName::from_static("producer-expected-seq");
+    pub const PRODUCER_RECEIVED_SEQ: HeaderName = HeaderName::from_static("producer-received-seq");
+    pub const LAST_EVENT_ID: HeaderName = HeaderName::from_static("last-event-id");
 
     /// Response headers a browser client may read (CORS expose list).
     pub const EXPOSED: &str =
@@ -47,7 +56,10 @@ pub const MAX_NAME_BYTES: usize = 1024;
 const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 
 /// A header as UTF-8 text, if present.
-pub fn text<'a>(headers: &'a HeaderMap, name: &str) -> Result<Option<&'a str>, ApiError> {
+pub fn text<'a>(
+    headers: &'a HeaderMap,
+    name: &http::HeaderName,
+) -> Result<Option<&'a str>, ApiError> {
     match headers.get(name) {
         None => Ok(None),
         Some(v) => v
@@ -74,14 +86,14 @@ pub fn strict_integer(value: &str, what: &str) -> Result<u64, ApiError> {
 
 /// `Stream-TTL` in seconds.
 pub fn ttl(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
-    text(headers, names::STREAM_TTL)?
+    text(headers, &names::STREAM_TTL)?
         .map(|v| strict_integer(v, "Stream-TTL"))
         .transpose()
 }
 
 /// `Stream-Expires-At` as Unix milliseconds.
 pub fn expires_at(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
-    text(headers, names::STREAM_EXPIRES_AT)?
+    text(headers, &names::STREAM_EXPIRES_AT)?
         .map(|v| {
             chrono::DateTime::parse_from_rfc3339(v)
                 .map(|t| t.timestamp_millis())
@@ -96,7 +108,7 @@ pub fn expires_at(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
 
 /// `Stream-Closed: true` (any other value but `false` is refused).
 pub fn closed(headers: &HeaderMap) -> Result<bool, ApiError> {
-    match text(headers, names::STREAM_CLOSED)? {
+    match text(headers, &names::STREAM_CLOSED)? {
         None => Ok(false),
         Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
         Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
@@ -108,9 +120,9 @@ pub fn closed(headers: &HeaderMap) -> Result<bool, ApiError> {
 
 /// The three producer headers: all or none.
 pub fn producer(headers: &HeaderMap) -> Result<Option<Producer>, ApiError> {
-    let id = text(headers, names::PRODUCER_ID)?;
-    let epoch = text(headers, names::PRODUCER_EPOCH)?;
-    let seq = text(headers, names::PRODUCER_SEQ)?;
+    let id = text(headers, &names::PRODUCER_ID)?;
+    let epoch = text(headers, &names::PRODUCER_EPOCH)?;
+    let seq = text(headers, &names::PRODUCER_SEQ)?;
     match (id, epoch, seq) {
         (None, None, None) => Ok(None),
         (Some(id), Some(epoch), Some(seq)) => {

@@ -257,7 +257,8 @@ where
     // The application's future is boxed: held inline it would make every
     // connection's task as large as the largest handler, for its whole
     // life, idle SSE readers included.
-    let respond = |request| Box::pin(routes::handle(app.clone(), request));
+    let respond = |request| Box::pin(routes::respond(app.clone(), request));
+    let common = routes::protocol_head();
     let mut received = bytes::Bytes::new();
     loop {
         // A connection still silent at shutdown, or that sends no whole
@@ -271,7 +272,8 @@ where
         };
         match next {
             NextRequest::Sse(request) => {
-                if let Err(e) = direct_connection::serve(io, respond, *request, stop).await {
+                if let Err(e) = direct_connection::serve(io, respond, *request, stop, common).await
+                {
                     tracing::debug!(error = %e, "SSE connection ended with an error");
                 }
                 return None;
@@ -279,7 +281,9 @@ where
             NextRequest::Plain {
                 request,
                 keep_alive,
-            } => match direct_connection::answer(&mut io, respond, *request, keep_alive).await {
+            } => match direct_connection::answer(&mut io, respond, *request, keep_alive, common)
+                .await
+            {
                 Ok(direct_connection::AfterAnswer::KeepAlive(early)) => received = early,
                 Ok(direct_connection::AfterAnswer::Closed) => return None,
                 Err(e) => {

@@ -24,13 +24,19 @@ const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName =
 
 /// Answers `request`: the whole application.
 pub async fn handle(app: AppState, request: Request<Body>) -> Response {
-    let mut response = if request.method() == Method::OPTIONS {
+    let mut response = respond(app, request).await;
+    add_protocol_headers(response.headers_mut());
+    response
+}
+
+/// Answers `request` without the headers every response carries: the
+/// direct path writes those from [`protocol_head`], rendered once.
+pub async fn respond(app: AppState, request: Request<Body>) -> Response {
+    if request.method() == Method::OPTIONS {
         preflight(&request)
     } else {
         route(app, request).await
-    };
-    add_protocol_headers(response.headers_mut());
-    response
+    }
 }
 
 async fn route(app: AppState, request: Request<Body>) -> Response {
@@ -58,17 +64,40 @@ async fn route(app: AppState, request: Request<Body>) -> Response {
 }
 
 /// Browser security and CORS headers, on every response.
+const PROTOCOL_HEADERS: [(HeaderName, &str); 4] = [
+    (X_CONTENT_TYPE_OPTIONS, "nosniff"),
+    (CROSS_ORIGIN_RESOURCE_POLICY, "cross-origin"),
+    (ACCESS_CONTROL_ALLOW_ORIGIN, "*"),
+    (ACCESS_CONTROL_EXPOSE_HEADERS, names::EXPOSED),
+];
+
 fn add_protocol_headers(h: &mut http::HeaderMap) {
-    h.insert(X_CONTENT_TYPE_OPTIONS, HeaderValue::from_static("nosniff"));
-    h.insert(
-        CROSS_ORIGIN_RESOURCE_POLICY,
-        HeaderValue::from_static("cross-origin"),
-    );
-    h.insert(ACCESS_CONTROL_ALLOW_ORIGIN, HeaderValue::from_static("*"));
-    h.insert(
-        ACCESS_CONTROL_EXPOSE_HEADERS,
-        HeaderValue::from_static(names::EXPOSED),
-    );
+    for (name, value) in PROTOCOL_HEADERS {
+        h.insert(name, HeaderValue::from_static(value));
+    }
+}
+
+/// Removes the headers every response carries (from a response relayed
+/// from another node, which added its own).
+pub fn remove_protocol_headers(h: &mut http::HeaderMap) {
+    for (name, _) in PROTOCOL_HEADERS {
+        h.remove(name);
+    }
+}
+
+/// The headers every response carries as HTTP/1.1 header lines.
+pub fn protocol_head() -> &'static [u8] {
+    static RENDERED: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    RENDERED.get_or_init(|| {
+        let mut out = Vec::new();
+        for (name, value) in PROTOCOL_HEADERS {
+            out.extend_from_slice(name.as_str().as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(value.as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out
+    })
 }
 
 /// The CORS preflight answer: every method the protocol uses, and whatever

@@ -40,6 +40,13 @@ async fn a_cluster_forms_balanced_and_any_node_serves_any_stream() {
                 body, b"via0;via1;via2;",
                 "read of {name} through node {node}"
             );
+            // Forwarded or not, an answer carries each protocol header once.
+            let url = format!("{}?offset=-1", cluster.stream_url(node, &name));
+            let answer = client.get(url).send().await.unwrap();
+            for header in ["access-control-allow-origin", "x-content-type-options"] {
+                let copies = answer.headers().get_all(header).iter().count();
+                assert_eq!(copies, 1, "{header} through node {node}");
+            }
         }
     }
     cluster.wait_for_convergence(Duration::from_secs(10)).await;

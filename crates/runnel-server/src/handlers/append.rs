@@ -14,12 +14,12 @@ use crate::AppState;
 pub async fn post(app: AppState, name: String, request: Request) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
     let h = &parts.headers;
-    let content_type = headers::text(h, http::header::CONTENT_TYPE.as_str())?
+    let content_type = headers::text(h, &http::header::CONTENT_TYPE)?
         .filter(|ct| !ct.is_empty())
         .map(str::to_string);
     let close = headers::closed(h)?;
     let producer = headers::producer(h)?;
-    let stream_seq = headers::text(h, names::STREAM_SEQ)?.map(str::to_string);
+    let stream_seq = headers::text(h, &names::STREAM_SEQ)?.map(str::to_string);
     let data = body_bytes(&app, body).await?;
 
     if data.is_empty() && !close {

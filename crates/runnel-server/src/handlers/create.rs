@@ -17,7 +17,7 @@ use crate::AppState;
 pub async fn put(app: AppState, name: String, request: Request) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
     let h = &parts.headers;
-    let content_type = headers::text(h, http::header::CONTENT_TYPE.as_str())?.map(str::to_string);
+    let content_type = headers::text(h, &http::header::CONTENT_TYPE)?.map(str::to_string);
     let ttl_secs = headers::ttl(h)?;
     let expires_at_ms = headers::expires_at(h)?;
     if ttl_secs.is_some() && expires_at_ms.is_some() {
@@ -27,7 +27,7 @@ pub async fn put(app: AppState, name: String, request: Request) -> Result<Respon
     }
     let closed = headers::closed(h)?;
     let fork = fork_request(h)?;
-    let compaction = match headers::text(h, names::STREAM_COMPACTION)? {
+    let compaction = match headers::text(h, &names::STREAM_COMPACTION)? {
         None => false,
         Some(v) if v.eq_ignore_ascii_case("state") => true,
         Some(v) => {
@@ -37,10 +37,10 @@ pub async fn put(app: AppState, name: String, request: Request) -> Result<Respon
         }
     };
     let retention = Retention {
-        max_bytes: headers::text(h, names::STREAM_RETENTION_BYTES)?
+        max_bytes: headers::text(h, &names::STREAM_RETENTION_BYTES)?
             .map(|v| headers::strict_integer(v, "Stream-Retention-Bytes"))
             .transpose()?,
-        max_age_secs: headers::text(h, names::STREAM_RETENTION_AGE)?
+        max_age_secs: headers::text(h, &names::STREAM_RETENTION_AGE)?
             .map(|v| headers::strict_integer(v, "Stream-Retention-Age"))
             .transpose()?,
     };
@@ -115,8 +115,7 @@ pub async fn put(app: AppState, name: String, request: Request) -> Result<Respon
     let mut headers = HeaderMap::new();
     metadata_headers(&stream, &mut headers);
     let status = if created {
-        let host =
-            headers::text(&parts.headers, http::header::HOST.as_str())?.unwrap_or("localhost");
+        let host = headers::text(&parts.headers, &http::header::HOST)?.unwrap_or("localhost");
         let location = format!("http://{host}{}", parts.uri.path());
         headers.insert(http::header::LOCATION, header_value(&location));
         StatusCode::CREATED
@@ -128,9 +127,9 @@ pub async fn put(app: AppState, name: String, request: Request) -> Result<Respon
 
 /// The fork headers, validated together.
 fn fork_request(h: &HeaderMap) -> Result<Option<ForkFrom>, ApiError> {
-    let source = headers::text(h, names::STREAM_FORKED_FROM)?;
-    let offset = headers::text(h, names::STREAM_FORK_OFFSET)?;
-    let sub_offset = headers::text(h, names::STREAM_FORK_SUB_OFFSET)?;
+    let source = headers::text(h, &names::STREAM_FORKED_FROM)?;
+    let offset = headers::text(h, &names::STREAM_FORK_OFFSET)?;
+    let sub_offset = headers::text(h, &names::STREAM_FORK_SUB_OFFSET)?;
     let Some(source) = source else {
         if offset.is_some() || sub_offset.is_some() {
             return Err(ApiError::bad(

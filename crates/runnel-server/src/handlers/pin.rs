@@ -37,11 +37,11 @@ pub const MAX_FORK_COPY_BYTES: u64 = 64 << 20;
 pub async fn pin(app: AppState, name: String, request: Request) -> Result<Response, ApiError> {
     let h = request.headers();
     let token = pin_token(h)?;
-    let offset = headers::text(h, names::STREAM_FORK_OFFSET)?
+    let offset = headers::text(h, &names::STREAM_FORK_OFFSET)?
         .map(|o| parse_offset(o).map_err(|e| ApiError::bad(format!("Stream-Fork-Offset: {e}"))))
         .transpose()?
         .map(|o| o.position());
-    let sub_offset = headers::text(h, names::STREAM_FORK_SUB_OFFSET)?
+    let sub_offset = headers::text(h, &names::STREAM_FORK_SUB_OFFSET)?
         .map(|s| headers::strict_integer(s, "Stream-Fork-Sub-Offset"))
         .transpose()?
         .unwrap_or(0);
@@ -90,7 +90,7 @@ pub async fn unpin(app: AppState, name: String, request: Request) -> Result<Resp
 }
 
 fn pin_token(h: &http::HeaderMap) -> Result<String, ApiError> {
-    headers::text(h, PIN_TOKEN.as_str())?
+    headers::text(h, &PIN_TOKEN)?
         .filter(|t| !t.is_empty())
         .map(str::to_string)
         .ok_or_else(|| ApiError::bad("$pin requests need a Runnel-Pin-Token header"))

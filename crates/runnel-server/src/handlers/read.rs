@@ -44,7 +44,7 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
     if live == Live::Sse {
         // EventSource reconnects with the URL it started with; the last
         // event id it saw says where it really is.
-        let resume = headers::text(request.headers(), "last-event-id")?
+        let resume = headers::text(request.headers(), &names::LAST_EVENT_ID)?
             .filter(|id| !id.is_empty())
             .map(|id| parse_read_from(id).map_err(|e| ApiError::bad(format!("Last-Event-ID: {e}"))))
             .transpose()?;
@@ -52,7 +52,7 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
     }
 
     let if_none_match =
-        headers::text(request.headers(), http::header::IF_NONE_MATCH.as_str())?.map(str::to_string);
+        headers::text(request.headers(), &http::header::IF_NONE_MATCH)?.map(str::to_string);
     // A long-poll may wait for many seconds: the request (whose headers
     // share the buffer it was read into) goes first.
     drop(request);

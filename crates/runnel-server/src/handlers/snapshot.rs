@@ -78,7 +78,7 @@ async fn put(
     request: Request,
 ) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    let content_type = headers::text(&parts.headers, http::header::CONTENT_TYPE.as_str())?
+    let content_type = headers::text(&parts.headers, &http::header::CONTENT_TYPE)?
         .filter(|ct| !ct.is_empty())
         .unwrap_or("application/octet-stream")
         .to_string();
