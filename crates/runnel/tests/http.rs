@@ -207,7 +207,7 @@ async fn connections_that_send_no_whole_request_in_time_are_closed() {
     use tokio::io::AsyncWriteExt;
     let dir = tempfile::tempdir().unwrap();
     let server = Server::start(dir.path(), &["--request-read-timeout-ms", "300"]).await;
-    let addr = server.base.trim_start_matches("http://").to_string();
+    let addr = server.addr();
     let within = std::time::Duration::from_secs(5);
 
     // Silent from the start.
@@ -241,7 +241,7 @@ async fn appends_on_one_connection_are_answered_in_turn_whichever_path_reads_the
     let client = reqwest::Client::new();
     let url = server.stream_url("turns");
     common::create_text(&client, &url, "").await;
-    let addr = server.base.trim_start_matches("http://").to_string();
+    let addr = server.addr();
     let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let sized = |body: &str| {
         format!(

@@ -116,7 +116,7 @@ async fn a_reader_that_never_reads_is_cut_off_and_writers_carry_on() {
     common::create_text(&client, &url, "").await;
 
     // A client that sends the request and then never reads a byte.
-    let addr = server.base.trim_start_matches("http://").to_string();
+    let addr = server.addr();
     let mut stuck = tokio::net::TcpStream::connect(&addr).await.unwrap();
     send_get(&mut stuck, &addr, "/v1/stream/slow?offset=now&live=sse").await;
     tokio::time::sleep(Duration::from_millis(200)).await;
@@ -213,7 +213,7 @@ async fn assert_idle_sse_readers_cost_under_6_kib(read_first: bool) {
     let client = reqwest::Client::new();
     let url = server.stream_url("idle");
     common::create_text(&client, &url, "").await;
-    let addr = server.base.trim_start_matches("http://").to_string();
+    let addr = server.addr();
     let open = |n: usize| {
         let addr = addr.clone();
         async move {
@@ -351,7 +351,7 @@ async fn a_long_poller_that_disconnects_frees_its_reader_slot_at_once() {
     let client = reqwest::Client::new();
     let url = server.stream_url("churn");
     common::create_text(&client, &url, "").await;
-    let addr = server.base.trim_start_matches("http://").to_string();
+    let addr = server.addr();
     for _ in 0..3 {
         let mut poller = tokio::net::TcpStream::connect(&addr).await.unwrap();
         send_get(

@@ -69,6 +69,12 @@ impl Server {
         format!("{}/v1/stream/{name}", self.base)
     }
 
+    /// `HOST:PORT`, for tests that speak HTTP over a raw socket.
+    #[allow(dead_code)] // not every test binary opens raw sockets
+    pub fn addr(&self) -> String {
+        self.base.trim_start_matches("http://").to_string()
+    }
+
     /// SIGKILL: no shutdown code runs.
     #[allow(dead_code)] // not every test binary kills its server
     pub fn kill(&mut self) {
