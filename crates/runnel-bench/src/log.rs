@@ -6,7 +6,9 @@
 //!
 //! Engines: `runnel` (runnel-log with group commit, or `runnel-nosync`);
 //! `runnel-tasks`, the same log with the writers as tokio tasks awaiting
-//! the durable position as the server's do, instead of threads; behind
+//! the durable position as the server's do, instead of threads; the same
+//! two with `-growing` (no preallocated segments: every sync also grows
+//! the file), the baseline for what preallocation buys; behind
 //! the `walrus` cargo feature `walrus-sync-each`, `walrus-200ms` and
 //! `walrus-nofsync` (walrus-rust 0.2.0's fsync schedules); behind the
 //! `rocksdb` feature `rocksdb-wal` (RocksDB puts with synced WAL writes).
@@ -24,7 +26,8 @@ use crate::BenchError;
 
 #[derive(clap::Args, Debug, Clone)]
 pub struct Args {
-    /// Engines to run, comma separated (runnel, runnel-nosync, and with
+    /// Engines to run, comma separated (runnel, runnel-growing,
+    /// runnel-nosync, runnel-tasks, runnel-tasks-growing, and with
     /// the walrus feature walrus-sync-each, walrus-200ms, walrus-nofsync,
     /// one topic per writer, or walrus-sync-each-shared and
     /// walrus-nofsync-shared, all writers on one topic).
@@ -38,6 +41,11 @@ pub struct Args {
     pub record_bytes: String,
     #[arg(long, default_value_t = 5.0)]
     pub duration_secs: f64,
+    /// Seconds each run appends before it starts measuring, so engines
+    /// are compared in their steady state (runnel's log prepares its
+    /// first spare segment in this time).
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup_secs: f64,
     /// Where the engines write (a fresh subdirectory per run).
     #[arg(long, default_value = "runnel-logbench")]
     pub dir: PathBuf,
@@ -96,12 +104,31 @@ pub fn run(args: Args) -> Result<(), BenchError> {
                 let dir = args.dir.join(format!("{engine_name}-{w}-{size}"));
                 let _ = std::fs::remove_dir_all(&dir);
                 std::fs::create_dir_all(&dir)?;
-                let duration = Duration::from_secs_f64(args.duration_secs);
-                let (r, engine) = if engine_name == "runnel-tasks" {
-                    (measure_tasks(&dir, w, size, duration)?, None)
+                let window = Window {
+                    warmup: Duration::from_secs_f64(args.warmup_secs.max(0.0)),
+                    duration: Duration::from_secs_f64(args.duration_secs),
+                };
+                let (r, engine) = if let Some(variant) = engine_name.strip_prefix("runnel-tasks") {
+                    let preallocate = match variant {
+                        "" => true,
+                        "-growing" => false,
+                        _ => {
+                            return Err(BenchError::Usage(format!(
+                                "unknown engine {engine_name:?}"
+                            )))
+                        }
+                    };
+                    let r = measure_tasks(&dir, w, size, window, preallocate)?;
+                    (
+                        LogResult {
+                            engine: engine_name.to_string(),
+                            ..r
+                        },
+                        None,
+                    )
                 } else {
                     let engine = open_engine(engine_name, &dir)?;
-                    let r = measure(engine_name, engine.as_ref(), w, size, duration);
+                    let r = measure(engine_name, engine.as_ref(), w, size, window);
                     (r, Some(engine))
                 };
                 let or_dash = |v: Option<f64>, digits: usize| {
@@ -136,6 +163,13 @@ pub fn run(args: Args) -> Result<(), BenchError> {
     Ok(())
 }
 
+/// How long a run appends unmeasured, then measured.
+#[derive(Debug, Clone, Copy)]
+struct Window {
+    warmup: Duration,
+    duration: Duration,
+}
+
 /// `runnel-tasks`: `writers` tokio tasks on one worker thread per core,
 /// each appending and then awaiting a watch of the durable position (the
 /// server's engine waits the same way).
@@ -143,7 +177,8 @@ fn measure_tasks(
     dir: &Path,
     writers: usize,
     size: usize,
-    duration: Duration,
+    window: Window,
+    preallocate: bool,
 ) -> Result<LogResult, BenchError> {
     // `None` once the log has failed: the writers stop.
     let (durable_tx, durable_rx) = tokio::sync::watch::channel(Some(0u64));
@@ -153,6 +188,7 @@ fn measure_tasks(
     let options = LogOptions {
         sync: SyncMode::Batch,
         manual_commit: false,
+        preallocate,
         ..LogOptions::default()
     };
     let log = Arc::new(
@@ -163,10 +199,16 @@ fn measure_tasks(
         .enable_all()
         .build()?;
     let record = Arc::new(vec![0x5au8; size]);
-    let syncs_before = log.sync_stats();
-    let start = Instant::now();
-    let deadline = start + duration;
-    let latencies: Vec<(Latency, u64)> = runtime.block_on(async {
+    let start = Instant::now() + window.warmup;
+    let deadline = start + window.duration;
+    let (syncs_before, latencies) = runtime.block_on(async {
+        let syncs_at_start = {
+            let log = Arc::clone(&log);
+            tokio::spawn(async move {
+                tokio::time::sleep_until(start.into()).await;
+                log.sync_stats()
+            })
+        };
         let tasks: Vec<_> = (0..writers)
             .map(|_| {
                 let (log, record, mut durable) =
@@ -184,18 +226,20 @@ fn measure_tasks(
                         if !acknowledged {
                             break;
                         }
-                        latency.record(t.elapsed());
-                        count += 1;
+                        if t >= start {
+                            latency.record(t.elapsed());
+                            count += 1;
+                        }
                     }
                     (latency, count)
                 })
             })
             .collect();
-        let mut out = Vec::new();
+        let mut out: Vec<(Latency, u64)> = Vec::new();
         for task in tasks {
             out.push(task.await.expect("writer task"));
         }
-        out
+        (syncs_at_start.await.expect("sync stats task"), out)
     });
     let syncs = Some((syncs_before, log.sync_stats()));
     Ok(summarize(
@@ -213,12 +257,12 @@ fn measure(
     engine: &dyn Engine,
     writers: usize,
     size: usize,
-    duration: Duration,
+    window: Window,
 ) -> LogResult {
     let stop = AtomicBool::new(false);
     let record = vec![0x5au8; size];
-    let syncs_before = engine.sync_stats();
-    let start = Instant::now();
+    let start = Instant::now() + window.warmup;
+    let mut syncs_before = None;
     let latencies: Vec<(Latency, u64)> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..writers)
             .map(|w| {
@@ -231,14 +275,18 @@ fn measure(
                         if engine.append(w, record).is_err() {
                             break;
                         }
-                        latency.record(t.elapsed());
-                        count += 1;
+                        if t >= start {
+                            latency.record(t.elapsed());
+                            count += 1;
+                        }
                     }
                     (latency, count)
                 })
             })
             .collect();
-        std::thread::sleep(duration);
+        std::thread::sleep(window.warmup);
+        syncs_before = engine.sync_stats();
+        std::thread::sleep(window.duration);
         stop.store(true, Ordering::Relaxed);
         handles
             .into_iter()
@@ -288,8 +336,9 @@ fn summarize(
 
 fn open_engine(name: &str, dir: &Path) -> Result<Box<dyn Engine>, BenchError> {
     match name {
-        "runnel" => Ok(Box::new(RunnelLog::open(dir, SyncMode::Batch)?)),
-        "runnel-nosync" => Ok(Box::new(RunnelLog::open(dir, SyncMode::Never)?)),
+        "runnel" => Ok(Box::new(RunnelLog::open(dir, SyncMode::Batch, true)?)),
+        "runnel-growing" => Ok(Box::new(RunnelLog::open(dir, SyncMode::Batch, false)?)),
+        "runnel-nosync" => Ok(Box::new(RunnelLog::open(dir, SyncMode::Never, true)?)),
         #[cfg(feature = "walrus")]
         "walrus-sync-each"
         | "walrus-200ms"
@@ -311,7 +360,7 @@ struct RunnelLog {
 }
 
 impl RunnelLog {
-    fn open(dir: &Path, sync: SyncMode) -> Result<RunnelLog, BenchError> {
+    fn open(dir: &Path, sync: SyncMode, preallocate: bool) -> Result<RunnelLog, BenchError> {
         let durable = Arc::new((Mutex::new(0u64), Condvar::new()));
         let signal = Arc::clone(&durable);
         let listener = Box::new(move |status: Result<u64, runnel_log::LogError>| {
@@ -324,6 +373,7 @@ impl RunnelLog {
         let options = LogOptions {
             sync,
             manual_commit: false,
+            preallocate,
             ..LogOptions::default()
         };
         let log = Log::open(dir, options, listener, |_| Ok(()))

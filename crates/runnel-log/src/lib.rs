@@ -12,13 +12,15 @@
 //! (after a failed fsync the kernel may have dropped the dirty pages, so a
 //! retry could report success for data that is gone).
 
+mod active;
 mod frame;
 mod segment;
+mod spare;
 
+use active::ActiveSegment;
 use segment::Segment;
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,6 +73,11 @@ pub struct LogOptions {
     /// when [`Log::commit`] is called. For deterministic simulations, which
     /// decide when IO completes.
     pub manual_commit: bool,
+    /// Prepare each next segment ahead of time as a synced file of zeros
+    /// (see `spare.rs`), so syncs overwrite allocated blocks instead of
+    /// growing the file. A log that has written a few MiB keeps one spare
+    /// segment on disk. Ignored with `manual_commit`.
+    pub preallocate: bool,
 }
 
 impl Default for LogOptions {
@@ -81,6 +88,7 @@ impl Default for LogOptions {
             max_record_bytes: 128 << 20,
             replay_from: 0,
             manual_commit: false,
+            preallocate: true,
         }
     }
 }
@@ -174,6 +182,9 @@ struct Shared {
     /// Syncs done since the log opened, and the time spent in them.
     syncs: AtomicU64,
     sync_nanos: AtomicU64,
+    /// Prepares the next segment ahead of time (absent with
+    /// `manual_commit` or without `preallocate`).
+    spare: Option<spare::Preparer>,
 }
 
 /// How often the log synced and how long the syncs took, since it opened.
@@ -230,6 +241,7 @@ impl Log {
                 segment::Scan {
                     valid_len: file_len,
                     torn: false,
+                    zeros_follow: false,
                 }
             } else {
                 segment::scan(&path, options.max_record_bytes, |offset, payload| {
@@ -240,7 +252,11 @@ impl Log {
                 })?
             };
             if scan.torn {
-                tracing::warn!(segment = %path.display(), valid_bytes = scan.valid_len, "truncating torn log tail");
+                if scan.zeros_follow {
+                    tracing::info!(segment = %path.display(), valid_bytes = scan.valid_len, "cutting the zeros after the last record (preallocated space or an unsynced write)");
+                } else {
+                    tracing::warn!(segment = %path.display(), valid_bytes = scan.valid_len, "truncating torn log tail");
+                }
                 let file = segment::open_rw(&path, false)?;
                 file.set_len(scan.valid_len)
                     .and_then(|_| file.sync_all())
@@ -264,6 +280,11 @@ impl Log {
             segment::sync_dir(dir)?;
         }
 
+        let spare = if options.preallocate && !options.manual_commit {
+            Some(spare::Preparer::start(dir, options.segment_bytes)?)
+        } else {
+            None
+        };
         let shared = Arc::new(Shared {
             dir: dir.to_path_buf(),
             options,
@@ -280,6 +301,7 @@ impl Log {
             durable: AtomicU64::new(end),
             syncs: AtomicU64::new(0),
             sync_nanos: AtomicU64::new(0),
+            spare,
             listener,
         });
         if shared.options.manual_commit {
@@ -344,6 +366,14 @@ impl Log {
     /// Everything before this position is durable (per the sync mode).
     pub fn durable_position(&self) -> u64 {
         self.shared.durable.load(Ordering::Acquire)
+    }
+
+    /// Whether a prepared spare segment is waiting for the next roll.
+    pub fn spare_ready(&self) -> bool {
+        self.shared
+            .spare
+            .as_ref()
+            .is_some_and(spare::Preparer::is_ready)
     }
 
     /// Syncs so far and the time they took.
@@ -511,6 +541,10 @@ fn commit_loop(shared: &Shared) {
                 pending = shared.wake_committer.wait(pending).expect("log mutex");
             }
             if pending.buf.is_empty() {
+                drop(pending);
+                if let Err(err) = committer.active.seal() {
+                    fail(shared, err);
+                }
                 return;
             }
             let target = committer.last_batch_records;
@@ -564,18 +598,18 @@ impl Committer {
     /// Writes the taken batch per the sync mode, then empties it.
     fn write_batch(&mut self, shared: &Shared) -> Result<(), LogError> {
         let started = Instant::now();
-        let (active, batch) = (&mut self.active, &self.batch);
+        let (active, batch, spare) = (&mut self.active, &self.batch, shared.spare.as_ref());
         match shared.options.sync {
             SyncMode::Always => {
                 let mut from = 0;
                 self.record_ends.iter().try_for_each(|&to| {
-                    let r = active.write_and_sync(shared, &batch[from..to], true);
+                    let r = active.write_and_sync(shared, spare, &batch[from..to], true);
                     from = to;
                     r
                 })?
             }
-            SyncMode::Batch => active.write_and_sync(shared, batch, true)?,
-            SyncMode::Never => active.write_and_sync(shared, batch, false)?,
+            SyncMode::Batch => active.write_and_sync(shared, spare, batch, true)?,
+            SyncMode::Never => active.write_and_sync(shared, spare, batch, false)?,
         }
         // Capped so one stalled sync cannot make gathering slow for long.
         let took = started.elapsed().min(Duration::from_millis(5));
@@ -602,76 +636,6 @@ fn fail(shared: &Shared, err: LogError) {
     let err = Arc::new(err);
     shared.pending.lock().expect("log mutex").failed = Some(Arc::clone(&err));
     (shared.listener)(Err(LogError::Failed(err)));
-}
-
-/// The segment the committer writes to.
-struct ActiveSegment {
-    base: u64,
-    file: Arc<File>,
-    len: u64,
-}
-
-impl ActiveSegment {
-    fn open_last(shared: &Shared) -> Result<ActiveSegment, LogError> {
-        let segments = shared.segments.read().expect("segments lock");
-        let (base, segment) = segments.iter().next_back().expect("a log has a segment");
-        let len = segment
-            .file
-            .metadata()
-            .map_err(|e| LogError::io("reading segment metadata", e))?
-            .len();
-        Ok(ActiveSegment {
-            base: *base,
-            file: Arc::clone(&segment.file),
-            len,
-        })
-    }
-
-    /// Writes bytes (whole records) at the end of the log, rolling to a new
-    /// segment first when this one is full, then syncs if asked.
-    fn write_and_sync(
-        &mut self,
-        shared: &Shared,
-        bytes: &[u8],
-        sync: bool,
-    ) -> Result<(), LogError> {
-        use std::os::unix::fs::FileExt;
-        if self.len >= shared.options.segment_bytes {
-            self.roll(shared)?;
-        }
-        self.file
-            .write_all_at(bytes, self.len)
-            .map_err(|e| LogError::io("writing records", e))?;
-        if sync {
-            let started = Instant::now();
-            self.file
-                .sync_data()
-                .map_err(|e| LogError::io("syncing records", e))?;
-            let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            shared.sync_nanos.fetch_add(took, Ordering::Relaxed);
-            shared.syncs.fetch_add(1, Ordering::Relaxed);
-        }
-        self.len += bytes.len() as u64;
-        let end = self.base + self.len;
-        shared.durable.store(end, Ordering::Release);
-        (shared.listener)(Ok(end));
-        Ok(())
-    }
-
-    fn roll(&mut self, shared: &Shared) -> Result<(), LogError> {
-        let base = self.base + self.len;
-        let file = segment::open_rw(&segment::path_for(&shared.dir, base), true)?;
-        segment::sync_dir(&shared.dir)?;
-        let segment = Arc::new(Segment::new(file, map_len(&shared.options)));
-        let file = Arc::clone(&segment.file);
-        shared
-            .segments
-            .write()
-            .expect("segments lock")
-            .insert(base, segment);
-        *self = ActiveSegment { base, file, len: 0 };
-        Ok(())
-    }
 }
 
 #[cfg(test)]

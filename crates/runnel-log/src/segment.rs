@@ -69,6 +69,9 @@ pub struct Scan {
     pub valid_len: u64,
     /// Whether anything followed the valid records (torn or corrupt).
     pub torn: bool,
+    /// What followed began with an all-zero header: the unused part of a
+    /// preallocated segment, or a write that never reached the disk.
+    pub zeros_follow: bool,
 }
 
 /// Scans a segment, calling `on_record(offset_in_segment_of_payload,
@@ -91,32 +94,39 @@ pub fn scan(
             return Ok(Scan {
                 valid_len: pos,
                 torn: false,
+                zeros_follow: false,
             });
         }
-        let torn = Ok(Scan {
-            valid_len: pos,
-            torn: true,
-        });
+        let torn = |zeros_follow| {
+            Ok(Scan {
+                valid_len: pos,
+                torn: true,
+                zeros_follow,
+            })
+        };
         if file_len - pos < HEADER_LEN {
-            return torn;
+            return torn(false);
         }
         let mut header = [0u8; HEADER_LEN as usize];
         reader
             .read_exact(&mut header)
             .map_err(|e| LogError::io("reading a segment", e))?;
+        if header == [0; HEADER_LEN as usize] {
+            return torn(true);
+        }
         let header = frame::decode_header(&header);
         if header.len == 0
             || header.len > max_record
             || u64::from(header.len) > file_len - pos - HEADER_LEN
         {
-            return torn;
+            return torn(false);
         }
         payload.resize(header.len as usize, 0);
         reader
             .read_exact(&mut payload)
             .map_err(|e| LogError::io("reading a segment", e))?;
         if frame::checksum(&payload) != header.crc {
-            return torn;
+            return torn(false);
         }
         on_record(pos + HEADER_LEN, &payload)?;
         pos += HEADER_LEN + u64::from(header.len);

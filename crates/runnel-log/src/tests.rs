@@ -83,13 +83,17 @@ fn a_cut_at_every_byte_recovers_exactly_the_whole_records_before_it() {
         pos += HEADER_LEN + r.len() as u64;
         ends.push(pos);
     }
-    for cut in 0..=image.len() {
+    // Without a tail, as a growing segment is cut; and followed by zeros,
+    // as a preallocated one is.
+    for (cut, zeros) in (0..=image.len()).flat_map(|cut| [(cut, 0), (cut, 4096)]) {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(segment::path_for(dir.path(), 0), &image[..cut]).unwrap();
+        let mut file = image[..cut].to_vec();
+        file.resize(cut + zeros, 0);
+        std::fs::write(segment::path_for(dir.path(), 0), &file).unwrap();
         let (log, recovered) = open_collect(dir.path(), LogOptions::default());
         let whole = ends.iter().filter(|e| **e <= cut as u64).count();
         let got: Vec<_> = recovered.into_iter().map(|(_, p)| p).collect();
-        assert_eq!(got, records[..whole], "cut at {cut}");
+        assert_eq!(got, records[..whole], "cut at {cut}, {zeros} zeros after");
         // The torn bytes are gone and the log appends after the last whole record.
         let at = log.append(b"after").unwrap();
         assert_eq!(
@@ -102,7 +106,7 @@ fn a_cut_at_every_byte_recovers_exactly_the_whole_records_before_it() {
         assert_eq!(
             again.len(),
             whole + 1,
-            "cut at {cut}: appended record survives reopen"
+            "cut at {cut}, {zeros} zeros after: appended record survives reopen"
         );
         assert_eq!(again.last().unwrap().1, b"after");
     }
@@ -348,4 +352,133 @@ fn a_log_that_does_not_sync_counts_no_syncs() {
     let at = log.append(b"unsynced").unwrap();
     wait_durable(&log, at.end);
     assert_eq!(log.sync_stats(), SyncStats::default());
+}
+
+fn file_len(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().len()
+}
+
+fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    for _ in 0..10_000 {
+        if done() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    panic!("timed out waiting until {what}");
+}
+
+/// A busy log writes into segments prepared ahead as zeros: the active
+/// one is longer than its records, every sealed one is cut to its
+/// records, a crash image (the files as a killed process leaves them)
+/// recovers every durable record, and a clean close leaves no zeros and
+/// no spare behind.
+#[test]
+fn a_busy_log_writes_into_prepared_segments_and_recovers_from_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        segment_bytes: 4096,
+        manual_commit: false,
+        ..LogOptions::default()
+    };
+    let (log, _) = open_collect(dir.path(), options.clone());
+    let mut acknowledged = Vec::new();
+    let mut append = |log: &Log, i: usize| {
+        let payload = format!("record-{i:05}-{}", "p".repeat(40)).into_bytes();
+        let at = log.append(&payload).unwrap();
+        wait_durable(log, at.end);
+        acknowledged.push((at.payload_pos, payload));
+    };
+    // The first segment grows until the log asks for a spare, which it
+    // rolls into once ready; then it asks for the next.
+    let mut i = 0;
+    while log.segment_count() < 2 {
+        append(&log, i);
+        i += 1;
+    }
+    wait_until("the next spare is ready", || log.spare_ready());
+    let spare = dir.path().join(spare::FILE_NAME);
+    assert_eq!(file_len(&spare), 4096);
+    while log.segment_count() < 3 {
+        append(&log, i);
+        i += 1;
+    }
+
+    let bases = segment::list(dir.path()).unwrap();
+    assert_eq!(bases.len(), 3);
+    let active = segment::path_for(dir.path(), bases[2]);
+    let records_in_active = log.durable_position() - bases[2];
+    assert!(records_in_active < 4096);
+    assert_eq!(file_len(&active), 4096, "the active segment was a spare");
+    let bytes = std::fs::read(&active).unwrap();
+    assert!(
+        bytes[records_in_active as usize..].iter().all(|b| *b == 0),
+        "zeros follow the records"
+    );
+    for pair in bases.windows(2) {
+        let sealed = segment::path_for(dir.path(), pair[0]);
+        assert_eq!(
+            file_len(&sealed),
+            pair[1] - pair[0],
+            "sealed to its records"
+        );
+    }
+
+    // Crash image: the files as they are now, zeros and spare included.
+    let image = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), image.path().join(entry.file_name())).unwrap();
+    }
+    let (recovered_log, recovered) = open_collect(image.path(), options.clone());
+    assert_eq!(
+        recovered, acknowledged,
+        "every durable record, nothing else"
+    );
+    assert_eq!(
+        file_len(&segment::path_for(image.path(), bases[2])),
+        records_in_active,
+        "recovery cut the zeros"
+    );
+    let at = recovered_log.append(b"after the crash").unwrap();
+    assert_eq!(at.payload_pos, log.durable_position() + HEADER_LEN);
+    drop(recovered_log);
+
+    // A clean close seals the active segment and removes the spare.
+    wait_until("the next spare is ready", || log.spare_ready());
+    let end = log.durable_position();
+    drop(log);
+    assert_eq!(file_len(&active), end - bases[2], "sealed at close");
+    assert!(!spare.exists(), "the unused spare is removed");
+    let (_log, recovered) = open_collect(dir.path(), options);
+    assert_eq!(recovered, acknowledged);
+}
+
+#[test]
+fn logs_without_preallocation_or_committer_thread_prepare_no_spare() {
+    for options in [
+        LogOptions {
+            segment_bytes: 64,
+            preallocate: false,
+            ..LogOptions::default()
+        },
+        LogOptions {
+            segment_bytes: 64,
+            manual_commit: true,
+            ..LogOptions::default()
+        },
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = open_collect(dir.path(), options.clone());
+        for p in payloads(20) {
+            let at = log.append(&p).unwrap();
+            if options.manual_commit {
+                log.commit().unwrap();
+            }
+            wait_durable(&log, at.end);
+        }
+        assert!(log.segment_count() > 3, "{options:?}");
+        assert!(!log.spare_ready());
+        assert!(!dir.path().join(spare::FILE_NAME).exists(), "{options:?}");
+    }
 }

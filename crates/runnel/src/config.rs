@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// Log segment size in bytes [default: 268435456].
     #[arg(long)]
     pub segment_bytes: Option<u64>,
+    /// true | false: write each next log segment as zeros ahead of time,
+    /// which makes syncs cheaper; costs one spare segment of disk [default: true].
+    #[arg(long)]
+    pub preallocate_segments: Option<bool>,
     /// SSE keepalive comment interval in ms [default: 15000].
     #[arg(long)]
     pub sse_keepalive_ms: Option<u64>,
@@ -192,6 +196,9 @@ impl ServeArgs {
         }
         if let Some(bytes) = pick!(segment_bytes) {
             engine.segment_bytes = bytes.max(1 << 20);
+        }
+        if let Some(preallocate) = pick!(preallocate_segments) {
+            engine.preallocate_segments = preallocate;
         }
         if let Some(n) = pick!(max_pending_proposals) {
             engine.max_pending_proposals = n.max(1);

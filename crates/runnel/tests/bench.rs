@@ -240,6 +240,8 @@ fn the_log_benchmark_runs() {
         "256",
         "--duration-secs",
         "0.5",
+        "--warmup-secs",
+        "0.2",
         "--dir",
         dir.path().join("logs").to_str().unwrap(),
         "--json",

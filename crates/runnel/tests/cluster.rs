@@ -278,13 +278,17 @@ async fn assert_holds(cluster: &Cluster, expected: &[Vec<u8>]) {
     }
 }
 
-const SNAPSHOTTING: [&str; 6] = [
+/// Without preallocated segments, so that the log directory's size is the
+/// size of its records, which these tests watch shrink.
+const SNAPSHOTTING: [&str; 8] = [
     "--groups",
     "3",
     "--segment-bytes",
     "1048576",
     "--checkpoint-interval-secs",
     "1",
+    "--preallocate-segments",
+    "false",
 ];
 
 /// Snapshots let the log shrink, and a whole-cluster restart recovers
@@ -433,6 +437,9 @@ async fn sparse_segments_are_copied_forward_on_every_node() {
         "262144",
         "--checkpoint-interval-secs",
         "1",
+        // The log directory's size is then its records' (see SNAPSHOTTING).
+        "--preallocate-segments",
+        "false",
     ];
     let mut cluster = Cluster::start(dir.path(), 3, &args).await;
     cluster.wait_for_leaders(Duration::from_secs(10)).await;

@@ -12,6 +12,9 @@ use rand::Rng;
 
 const WRITERS: usize = 16;
 const CYCLES: usize = 20;
+/// Segments small enough that the writers fill several: kills land in
+/// segments that were prepared ahead as zeros, and around rolls.
+const SMALL_SEGMENTS: [&str; 2] = ["--segment-bytes", "1048576"];
 
 /// One writer's history: appends it knows are stored, and the one in
 /// flight when the server died (if any).
@@ -38,7 +41,7 @@ async fn acknowledged_appends_survive_repeated_sigkill() {
     let mut acked_total = 0usize;
 
     for cycle in 0..CYCLES {
-        let mut server = Server::start(dir.path(), &[]).await;
+        let mut server = Server::start(dir.path(), &SMALL_SEGMENTS).await;
         for (w, writer) in writers.iter().enumerate() {
             let url = server.stream_url(&format!("crash-{w}"));
             // Verify what survived the previous kill, then reconcile the
@@ -110,7 +113,7 @@ async fn acknowledged_appends_survive_repeated_sigkill() {
     }
 
     // A last restart: everything acknowledged, in order, once.
-    let server = Server::start(dir.path(), &[]).await;
+    let server = Server::start(dir.path(), &SMALL_SEGMENTS).await;
     for (w, writer) in writers.iter().enumerate() {
         let content = read_all(&client, &server.stream_url(&format!("crash-{w}"))).await;
         let writer = writer.lock().unwrap();
@@ -122,7 +125,14 @@ async fn acknowledged_appends_survive_repeated_sigkill() {
             _ => assert_eq!(content, acked, "writer {w}"),
         }
     }
-    eprintln!("{acked_total} appends acknowledged across {CYCLES} SIGKILL cycles");
+    let segments = std::fs::read_dir(dir.path().join("log"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension() == Some("log".as_ref()))
+        .count();
+    eprintln!(
+        "{acked_total} appends acknowledged across {CYCLES} SIGKILL cycles, {segments} segments"
+    );
+    assert!(segments >= 3, "the writers filled only {segments} segments");
     assert!(
         acked_total > WRITERS * CYCLES,
         "too few appends were acknowledged to test anything: {acked_total}"
