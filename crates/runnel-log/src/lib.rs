@@ -215,6 +215,7 @@ impl Log {
     ) -> Result<Log, LogError> {
         std::fs::create_dir_all(dir).map_err(|e| LogError::io("creating the log directory", e))?;
         let bases = segment::list(dir)?;
+        spare::remove_leftover(dir)?;
         let mut segments = BTreeMap::new();
         let mut end = bases.first().copied().unwrap_or(0);
         let mut cut = false;

@@ -63,11 +63,9 @@ pub struct Preparer {
 
 impl Preparer {
     /// Starts the preparing thread for segments of `segment_bytes` in
-    /// `dir`, removing a spare left by an earlier process (it may be
-    /// partly written).
+    /// `dir` (where [`remove_leftover`] has run).
     pub fn start(dir: &Path, segment_bytes: u64) -> Result<Preparer, LogError> {
         let path = dir.join(FILE_NAME);
-        remove_if_present(&path).map_err(|e| LogError::io("removing an old spare segment", e))?;
         let shared = Arc::new(Shared {
             path,
             segment_bytes,
@@ -135,6 +133,13 @@ impl Drop for Preparer {
             tracing::warn!(error = %err, "could not remove the unused spare segment");
         }
     }
+}
+
+/// Removes a spare left by an earlier process: it may be partly written,
+/// and a log opened without preallocation would otherwise keep it.
+pub fn remove_leftover(dir: &Path) -> Result<(), LogError> {
+    remove_if_present(&dir.join(FILE_NAME))
+        .map_err(|e| LogError::io("removing an old spare segment", e))
 }
 
 fn prepare_loop(shared: &Shared) {
