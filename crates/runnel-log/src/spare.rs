@@ -92,11 +92,8 @@ impl Preparer {
 
     /// Asks for a spare, unless one is ready or being prepared.
     pub fn request(&self) {
-        if self.shared.ready.load(Ordering::Acquire) {
-            return;
-        }
         let mut state = self.shared.state.lock().expect("spare lock");
-        if !state.wanted {
+        if !state.wanted && !self.shared.ready.load(Ordering::Acquire) {
             state.wanted = true;
             self.shared.wake.notify_one();
         }
@@ -153,16 +150,20 @@ fn prepare_loop(shared: &Shared) {
                 return;
             }
         }
-        match prepare(shared) {
-            Ok(true) => shared.ready.store(true, Ordering::Release),
-            Ok(false) => {}
+        let made = match prepare(shared) {
+            Ok(made) => made,
             Err(err) => {
                 tracing::warn!(error = %err, path = %shared.path.display(), "could not prepare a spare segment; the next segment grows as it is written");
                 let _ = remove_if_present(&shared.path);
+                false
             }
-        }
-        // Asked again at the next roll, whatever the outcome.
-        shared.state.lock().expect("spare lock").wanted = false;
+        };
+        // Both under the lock: a request that sees the spare taken (not
+        // ready) must also see `wanted` cleared, or it would be lost.
+        // After a failure the spare is asked for again at the next roll.
+        let mut state = shared.state.lock().expect("spare lock");
+        state.wanted = false;
+        shared.ready.store(made, Ordering::Release);
     }
 }
 
