@@ -26,7 +26,8 @@ pub fn media_type(content_type: &str) -> String {
 
 /// A content type without its parameters, case as given.
 fn bare_media_type(content_type: &str) -> &str {
-    content_type.split(';').next().unwrap_or("").trim()
+    let end = content_type.find(';').unwrap_or(content_type.len());
+    content_type[..end].trim()
 }
 
 /// Whether two content types name the same media type (case and

@@ -11,11 +11,15 @@
 //! Why: an idle SSE reader or kept-alive reader is the connection a server
 //! holds most of, and hyper keeps an 8 KiB read buffer and an 8 KiB write
 //! buffer for every connection for its whole life. Here a request is read
-//! into a buffer that is freed once the request is built. And an append is
-//! a small request answered by a small response: written by hand, its
-//! path through the server is a good part shorter than through hyper.
+//! into a buffer that is freed once the request is answered. And an append
+//! is a small request answered by a small response: a plain append is
+//! answered from the request's bytes ([`RawRequest`]) with a head written
+//! by hand, without an `http::Request` or a header map
+//! (`handlers::append`), and its path through the server is a good part
+//! shorter than through hyper.
 
 use std::io;
+use std::ops::Range;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -35,7 +39,7 @@ pub enum NextRequest {
     /// complete; `keep_alive` is false when the client asked to close
     /// after it.
     Plain {
-        request: Box<Request<Body>>,
+        request: Box<RawRequest>,
         keep_alive: bool,
     },
     /// Anything else, including requests hyper must reject: these bytes
@@ -109,26 +113,28 @@ fn classify(bytes: &mut BytesMut) -> Classified {
         // Pipelined bytes after the request: hyper sorts those out.
         return other(bytes);
     }
-    // The request's header values and body share the buffer's memory.
+    // Where the head's parts lie, so that the request can take them as
+    // slices of the buffer once it is frozen, without parsing it again.
+    let spans = HeadSpans::of(&parsed, bytes);
     let whole = bytes.split().freeze();
-    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
-    let mut parsed = httparse::Request::new(&mut headers);
-    if !matches!(parsed.parse(&whole), Ok(httparse::Status::Complete(_))) {
-        return Classified::Decided(NextRequest::Other(whole));
-    }
-    let Some(mut request) = build_request(&parsed, head.method, &whole) else {
+    let Some(spans) = spans else {
         return Classified::Decided(NextRequest::Other(whole));
     };
-    if whole.len() > head_len {
-        *request.body_mut() = Body::from(whole.slice(head_len..));
+    let raw = RawRequest {
+        whole,
+        spans,
+        method: head.method,
+        head_len,
+    };
+    if head.sse {
+        return Classified::Decided(match raw.into_request() {
+            Ok(request) => NextRequest::Sse(Box::new(request)),
+            Err(whole) => NextRequest::Other(whole),
+        });
     }
-    Classified::Decided(if head.sse {
-        NextRequest::Sse(Box::new(request))
-    } else {
-        NextRequest::Plain {
-            request: Box::new(request),
-            keep_alive: head.keep_alive,
-        }
+    Classified::Decided(NextRequest::Plain {
+        request: Box::new(raw),
+        keep_alive: head.keep_alive,
     })
 }
 
@@ -197,24 +203,94 @@ fn is_sse_target(path: &str, query: &str) -> bool {
     path.starts_with(STREAM_PREFIX) && query.split('&').any(|p| p == "live=sse")
 }
 
-/// The request to hand the application, without its body yet, its header
-/// values slices of `buffer` (which `parsed` was parsed from). `None` for
-/// headers the `http` types reject (hyper answers those).
-fn build_request(
-    parsed: &httparse::Request<'_, '_>,
+/// A whole request as it arrived: its bytes and where its parts lie.
+/// It is made into an `http::Request` only if the application needs one;
+/// the append path reads what it needs straight from the bytes.
+#[derive(Debug)]
+pub struct RawRequest {
+    whole: Bytes,
+    spans: HeadSpans,
     method: Method,
-    buffer: &Bytes,
-) -> Option<Request<Body>> {
-    let mut headers = http::HeaderMap::with_capacity(parsed.headers.len());
-    for header in parsed.headers.iter() {
+    head_len: usize,
+}
+
+impl RawRequest {
+    pub fn method(&self) -> &Method {
+        &self.method
+    }
+
+    /// The request target (path and query) as it was sent.
+    pub fn target(&self) -> &str {
+        // httparse accepts only visible ASCII in a request target.
+        std::str::from_utf8(&self.whole[self.spans.target.clone()]).unwrap_or("")
+    }
+
+    /// The first value of the header `name` (in any case), as it was sent.
+    pub fn header(&self, name: &str) -> Option<&[u8]> {
+        self.spans.headers.iter().find_map(|(n, v)| {
+            // Lengths first: most names differ in length.
+            (n.len() == name.len() && self.whole[n.clone()].eq_ignore_ascii_case(name.as_bytes()))
+                .then(|| &self.whole[v.clone()])
+        })
+    }
+
+    /// The body, sharing the request's memory.
+    pub fn body(&self) -> Bytes {
+        self.whole.slice(self.head_len..)
+    }
+
+    /// The request as the application's handlers take it, or, when the
+    /// `http` types reject one of its parts, its bytes for hyper to answer.
+    pub fn into_request(self) -> Result<Request<Body>, Bytes> {
+        let Some(mut request) = build_request(&self.spans, self.method, &self.whole) else {
+            return Err(self.whole);
+        };
+        if self.whole.len() > self.head_len {
+            *request.body_mut() = Body::from(self.whole.slice(self.head_len..));
+        }
+        Ok(request)
+    }
+}
+
+/// Byte ranges of a parsed head's target and header lines within the
+/// buffer it was parsed from.
+#[derive(Debug)]
+struct HeadSpans {
+    target: Range<usize>,
+    headers: Vec<(Range<usize>, Range<usize>)>,
+}
+
+impl HeadSpans {
+    fn of(parsed: &httparse::Request<'_, '_>, buffer: &[u8]) -> Option<HeadSpans> {
+        let within = |part: &[u8]| {
+            let start = (part.as_ptr() as usize).checked_sub(buffer.as_ptr() as usize)?;
+            (start + part.len() <= buffer.len()).then_some(start..start + part.len())
+        };
+        Some(HeadSpans {
+            target: within(parsed.path?.as_bytes())?,
+            headers: parsed
+                .headers
+                .iter()
+                .map(|h| Some((within(h.name.as_bytes())?, within(h.value)?)))
+                .collect::<Option<_>>()?,
+        })
+    }
+}
+
+/// The request to hand the application, without its body yet, its header
+/// values slices of `buffer` (the bytes `spans` point into). `None` for
+/// headers the `http` types reject (hyper answers those).
+fn build_request(spans: &HeadSpans, method: Method, buffer: &Bytes) -> Option<Request<Body>> {
+    let mut headers = http::HeaderMap::with_capacity(spans.headers.len());
+    for (name, value) in &spans.headers {
         headers.append(
-            http::HeaderName::from_bytes(header.name.as_bytes()).ok()?,
-            http::HeaderValue::from_maybe_shared(buffer.slice_ref(header.value)).ok()?,
+            http::HeaderName::from_bytes(&buffer[name.clone()]).ok()?,
+            http::HeaderValue::from_maybe_shared(buffer.slice(value.clone())).ok()?,
         );
     }
     let mut request = Request::new(Body::empty());
     *request.method_mut() = method;
-    *request.uri_mut() = parsed.path?.parse().ok()?;
+    *request.uri_mut() = http::Uri::from_maybe_shared(buffer.slice(spans.target.clone())).ok()?;
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = headers;
     Some(request)
@@ -342,6 +418,13 @@ mod tests {
             panic!("not served here");
         };
         assert_eq!(request.method(), Method::POST);
+        assert_eq!(request.target(), "/v1/stream/a");
+        assert_eq!(request.header("content-type"), Some(&b"text/plain"[..]));
+        assert_eq!(request.header("host"), Some(&b"x"[..]), "any case matches");
+        assert_eq!(request.header("stream-seq"), None);
+        assert_eq!(&request.body()[..], b"hello world");
+        // Made into an `http::Request` on demand, sharing the same bytes.
+        let request = request.into_request().expect("valid parts");
         assert_eq!(request.uri(), "/v1/stream/a");
         assert_eq!(request.headers()["content-type"], "text/plain");
         assert_eq!(request.headers()["host"], "x");

@@ -17,7 +17,7 @@ use std::time::SystemTime;
 use axum::body::Body;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use http::{header, Method, Request, StatusCode};
+use http::{header, Request, StatusCode};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
@@ -25,7 +25,7 @@ use tokio::sync::watch;
 /// Serves the SSE `request` on `io` until the response ends, the peer goes
 /// or `shutdown` turns true, then closes the connection. `respond` is the
 /// application; `common` holds header lines every response gets.
-pub async fn serve<I, Respond, Answer>(
+pub async fn serve<I, Respond, Answering>(
     mut io: I,
     respond: Respond,
     request: Request<Body>,
@@ -34,8 +34,8 @@ pub async fn serve<I, Respond, Answer>(
 ) -> io::Result<()>
 where
     I: AsyncRead + AsyncWrite + Unpin,
-    Respond: FnOnce(Request<Body>) -> Answer,
-    Answer: Future<Output = Response>,
+    Respond: FnOnce(Request<Body>) -> Answering,
+    Answering: Future<Output = Response>,
 {
     let (parts, body) = respond(request).await.into_parts();
     let framing = Framing::of(parts.status, axum::body::HttpBody::size_hint(&body).exact());
@@ -87,32 +87,43 @@ pub enum AfterAnswer {
     Closed,
 }
 
-/// Answers one request whose body, if it has one, was read whole; with
-/// the header lines in `common` added to the answer's own.
+/// What the application answered.
+pub enum Answer {
+    Response(Response),
+    /// A bodiless answer (`204`, or another status with an empty body)
+    /// whose status line and own header lines are already rendered, from
+    /// [`start_head`]: the append path answers so, without a header map.
+    Rendered {
+        status: StatusCode,
+        head: Vec<u8>,
+    },
+}
+
+/// Sends the answer `answering` makes to a request whose body, if it had
+/// one, was read whole; with the header lines in `common` added to the
+/// answer's own, and no body when `head_only` (a `HEAD` request).
 ///
 /// While the application works on the answer (a long-poll can wait for
 /// many seconds) the socket is watched: a peer that closes drops the
 /// request at once, as hyper does, and bytes of a next request are kept
 /// for it.
-pub async fn answer<I, Respond, Answer>(
+pub async fn answer<I, Answering>(
     io: &mut I,
-    respond: Respond,
-    request: Request<Body>,
+    answering: Answering,
+    head_only: bool,
     keep_alive: bool,
     common: &[u8],
 ) -> io::Result<AfterAnswer>
 where
     I: AsyncRead + AsyncWrite + Unpin,
-    Respond: FnOnce(Request<Body>) -> Answer,
-    Answer: Future<Output = Response>,
+    Answering: Future<Output = Answer>,
 {
-    let head_only = request.method() == Method::HEAD;
     let mut received = BytesMut::new();
-    let response = {
-        let mut responding = std::pin::pin!(respond(request));
+    let answer = {
+        let mut answering = std::pin::pin!(answering);
         loop {
             tokio::select! {
-                response = &mut responding => break response,
+                answer = &mut answering => break answer,
                 read = io.read_buf(&mut received), if received.len() < MAX_EARLY_BYTES => {
                     match read {
                         Ok(0) | Err(_) => return Ok(AfterAnswer::Closed),
@@ -120,6 +131,19 @@ where
                     }
                 }
             }
+        }
+    };
+    let response = match answer {
+        Answer::Response(response) => response,
+        Answer::Rendered { status, head } => {
+            let framing = Framing::of(status, Some(0));
+            io.write_all(&finish_head(head, framing, !keep_alive, false, common))
+                .await?;
+            if !keep_alive {
+                io.shutdown().await?;
+                return Ok(AfterAnswer::Closed);
+            }
+            return Ok(AfterAnswer::KeepAlive(received.freeze()));
         }
     };
     let (parts, body) = response.into_parts();
@@ -233,18 +257,7 @@ fn render_head(
     close: bool,
     common: &[u8],
 ) -> Vec<u8> {
-    let mut out = Vec::with_capacity(512);
-    out.extend_from_slice(b"HTTP/1.1 ");
-    out.extend_from_slice(parts.status.as_str().as_bytes());
-    out.push(b' ');
-    out.extend_from_slice(
-        parts
-            .status
-            .canonical_reason()
-            .unwrap_or("Unknown")
-            .as_bytes(),
-    );
-    out.extend_from_slice(b"\r\n");
+    let mut out = start_head(parts.status);
     for (name, value) in &parts.headers {
         if matches!(
             *name,
@@ -252,13 +265,45 @@ fn render_head(
         ) {
             continue;
         }
-        out.extend_from_slice(name.as_str().as_bytes());
-        out.extend_from_slice(b": ");
-        out.extend_from_slice(value.as_bytes());
-        out.extend_from_slice(b"\r\n");
+        push_header(&mut out, name.as_str(), value.as_bytes());
     }
+    let dated = parts.headers.contains_key(header::DATE);
+    finish_head(out, framing, close, dated, common)
+}
+
+/// A response head's status line, in a buffer with room for the headers.
+pub fn start_head(status: StatusCode) -> Vec<u8> {
+    // Room for a response's own headers and the common ones (about 500
+    // bytes), so that the head is not reallocated as it grows.
+    let mut out = Vec::with_capacity(1024);
+    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(status.as_str().as_bytes());
+    out.push(b' ');
+    out.extend_from_slice(status.canonical_reason().unwrap_or("Unknown").as_bytes());
+    out.extend_from_slice(b"\r\n");
+    out
+}
+
+/// One header line.
+pub fn push_header(out: &mut Vec<u8>, name: &str, value: &[u8]) {
+    out.extend_from_slice(name.as_bytes());
+    out.extend_from_slice(b": ");
+    out.extend_from_slice(value);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Ends a head: the `common` lines, `Date` unless `dated` (the head has
+/// one), the framing header, `Connection: close` when `close`, the blank
+/// line.
+fn finish_head(
+    mut out: Vec<u8>,
+    framing: Framing,
+    close: bool,
+    dated: bool,
+    common: &[u8],
+) -> Vec<u8> {
     out.extend_from_slice(common);
-    if !parts.headers.contains_key(header::DATE) {
+    if !dated {
         out.extend_from_slice(b"date: ");
         push_date(&mut out);
         out.extend_from_slice(b"\r\n");
@@ -329,6 +374,18 @@ mod tests {
     use tower::ServiceExt;
 
     /// A test application answering as `app` routes.
+    /// Answers `request` with `app` as the connection loop does.
+    async fn answer_with<I: AsyncRead + AsyncWrite + Unpin>(
+        io: &mut I,
+        app: Router,
+        request: Request<Body>,
+        keep_alive: bool,
+    ) -> io::Result<AfterAnswer> {
+        let head_only = request.method() == http::Method::HEAD;
+        let answering = async move { Answer::Response(with(app)(request).await) };
+        super::answer(io, answering, head_only, keep_alive, b"").await
+    }
+
     fn with(
         app: Router,
     ) -> impl FnOnce(Request<Body>) -> futures::future::BoxFuture<'static, Response> {
@@ -405,7 +462,7 @@ mod tests {
         let (mut client, mut server) = tokio::io::duplex(1 << 16);
         let mut open = true;
         for (request, keep_alive) in requests {
-            let after = super::answer(&mut server, with(app.clone()), request, keep_alive, b"")
+            let after = answer_with(&mut server, app.clone(), request, keep_alive)
                 .await
                 .unwrap();
             open = after == AfterAnswer::KeepAlive(Bytes::new());
@@ -459,6 +516,47 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn rendered_answers_are_finished_with_the_common_lines_and_framing() {
+        let (mut client, mut server) = tokio::io::duplex(1 << 16);
+        for (status, keep_alive) in [
+            (StatusCode::NO_CONTENT, true),
+            (StatusCode::OK, true),
+            (StatusCode::NO_CONTENT, false),
+        ] {
+            let mut head = start_head(status);
+            push_header(&mut head, "stream-next-offset", b"7");
+            let answering = async move { Answer::Rendered { status, head } };
+            let after = super::answer(&mut server, answering, false, keep_alive, b"common: 1\r\n")
+                .await
+                .unwrap();
+            let expected = match keep_alive {
+                true => AfterAnswer::KeepAlive(Bytes::new()),
+                false => AfterAnswer::Closed,
+            };
+            assert_eq!(after, expected);
+        }
+        drop(server);
+        let mut all = String::new();
+        client.read_to_string(&mut all).await.unwrap();
+        let answers: Vec<&str> = all.split("HTTP/1.1 ").skip(1).collect();
+        assert_eq!(answers.len(), 3, "{all}");
+        for answer in &answers {
+            assert!(
+                answer.contains("\r\nstream-next-offset: 7\r\ncommon: 1\r\ndate: "),
+                "{answer}"
+            );
+            assert!(answer.ends_with("\r\n\r\n"), "{answer}");
+        }
+        assert!(answers[0].starts_with("204 No Content\r\n"), "{all}");
+        assert!(!answers[0].contains("content-length"), "{all}");
+        // An empty body that is not a 204 still says so.
+        assert!(answers[1].starts_with("200 OK\r\n"), "{all}");
+        assert!(answers[1].contains("\r\ncontent-length: 0\r\n"), "{all}");
+        assert!(!answers[1].contains("connection: close"), "{all}");
+        assert!(answers[2].contains("\r\nconnection: close\r\n"), "{all}");
+    }
+
+    #[tokio::test]
     async fn a_head_answer_has_the_length_but_no_body() {
         let request = Request::head("/sized").body(Body::empty()).unwrap();
         let (all, open) = answered(plain_app(), vec![(request, true)]).await;
@@ -491,7 +589,7 @@ mod tests {
         let request = Request::get("/wait").body(Body::empty()).unwrap();
         let after = tokio::time::timeout(
             std::time::Duration::from_secs(5),
-            super::answer(&mut server, with(app), request, true, b""),
+            answer_with(&mut server, app, request, true),
         )
         .await
         .expect("a request whose peer is gone is dropped")
@@ -511,9 +609,7 @@ mod tests {
         let (mut client, mut server) = tokio::io::duplex(1 << 16);
         let answering = tokio::spawn(async move {
             let request = Request::get("/slow").body(Body::empty()).unwrap();
-            super::answer(&mut server, with(app), request, true, b"")
-                .await
-                .unwrap()
+            answer_with(&mut server, app, request, true).await.unwrap()
         });
         let next = b"GET /next HTTP/1.1\r\n\r\n";
         client.write_all(next).await.unwrap();

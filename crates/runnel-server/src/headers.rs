@@ -2,9 +2,10 @@
 //! strings and stream paths. Every parse failure is a one-line reason for
 //! a 400.
 
-use http::HeaderMap;
+use http::{HeaderMap, HeaderName};
 use runnel_core::Producer;
 
+use crate::connection::RawRequest;
 use crate::error::ApiError;
 
 /// Header names (lower case, as HTTP/2 and `http` want them), made once:
@@ -55,17 +56,38 @@ pub const MAX_NAME_BYTES: usize = 1024;
 /// Largest integer a JavaScript client can hold exactly (2^53 - 1).
 const MAX_SAFE_INTEGER: u64 = 9_007_199_254_740_991;
 
-/// A header as UTF-8 text, if present.
+/// Request headers to read: an `http` header map, or a request the
+/// direct path read and did not make into an `http::Request`.
+pub trait Lookup {
+    /// The first value of the header `name`, as sent.
+    fn value(&self, name: &HeaderName) -> Option<&[u8]>;
+}
+
+impl Lookup for HeaderMap {
+    fn value(&self, name: &HeaderName) -> Option<&[u8]> {
+        self.get(name).map(http::HeaderValue::as_bytes)
+    }
+}
+
+impl Lookup for RawRequest {
+    fn value(&self, name: &HeaderName) -> Option<&[u8]> {
+        self.header(name.as_str())
+    }
+}
+
+/// A header as text, if present: visible ASCII (and tabs) only, as
+/// `HeaderValue::to_str` takes it, trimmed.
 pub fn text<'a>(
-    headers: &'a HeaderMap,
-    name: &http::HeaderName,
+    headers: &'a (impl Lookup + ?Sized),
+    name: &HeaderName,
 ) -> Result<Option<&'a str>, ApiError> {
-    match headers.get(name) {
-        None => Ok(None),
-        Some(v) => v
-            .to_str()
-            .map(|s| Some(s.trim()))
-            .map_err(|_| ApiError::bad(format!("{name} header is not visible ASCII"))),
+    let Some(value) = headers.value(name) else {
+        return Ok(None);
+    };
+    let visible = |b: &u8| *b == b'\t' || (0x20..0x7f).contains(b);
+    match std::str::from_utf8(value) {
+        Ok(text) if value.iter().all(visible) => Ok(Some(text.trim())),
+        _ => Err(ApiError::bad(format!("{name} header is not visible ASCII"))),
     }
 }
 
@@ -85,14 +107,14 @@ pub fn strict_integer(value: &str, what: &str) -> Result<u64, ApiError> {
 }
 
 /// `Stream-TTL` in seconds.
-pub fn ttl(headers: &HeaderMap) -> Result<Option<u64>, ApiError> {
+pub fn ttl(headers: &(impl Lookup + ?Sized)) -> Result<Option<u64>, ApiError> {
     text(headers, &names::STREAM_TTL)?
         .map(|v| strict_integer(v, "Stream-TTL"))
         .transpose()
 }
 
 /// `Stream-Expires-At` as Unix milliseconds.
-pub fn expires_at(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
+pub fn expires_at(headers: &(impl Lookup + ?Sized)) -> Result<Option<i64>, ApiError> {
     text(headers, &names::STREAM_EXPIRES_AT)?
         .map(|v| {
             chrono::DateTime::parse_from_rfc3339(v)
@@ -107,7 +129,7 @@ pub fn expires_at(headers: &HeaderMap) -> Result<Option<i64>, ApiError> {
 }
 
 /// `Stream-Closed: true` (any other value but `false` is refused).
-pub fn closed(headers: &HeaderMap) -> Result<bool, ApiError> {
+pub fn closed(headers: &(impl Lookup + ?Sized)) -> Result<bool, ApiError> {
     match text(headers, &names::STREAM_CLOSED)? {
         None => Ok(false),
         Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
@@ -119,7 +141,7 @@ pub fn closed(headers: &HeaderMap) -> Result<bool, ApiError> {
 }
 
 /// The three producer headers: all or none.
-pub fn producer(headers: &HeaderMap) -> Result<Option<Producer>, ApiError> {
+pub fn producer(headers: &(impl Lookup + ?Sized)) -> Result<Option<Producer>, ApiError> {
     let id = text(headers, &names::PRODUCER_ID)?;
     let epoch = text(headers, &names::PRODUCER_EPOCH)?;
     let seq = text(headers, &names::PRODUCER_SEQ)?;
@@ -182,7 +204,12 @@ pub fn stream_name(path: &str) -> Result<String, ApiError> {
     let raw = path
         .strip_prefix(STREAM_PREFIX)
         .ok_or_else(|| ApiError::bad(format!("stream paths start with {STREAM_PREFIX}")))?;
-    let name = percent_decode(raw)?;
+    // Most names have no escapes: then there is nothing to decode.
+    let name = if raw.contains('%') {
+        percent_decode(raw)?
+    } else {
+        raw.to_string()
+    };
     if name.is_empty() {
         return Err(ApiError::bad("stream name is empty"));
     }

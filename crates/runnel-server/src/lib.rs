@@ -281,16 +281,36 @@ where
             NextRequest::Plain {
                 request,
                 keep_alive,
-            } => match direct_connection::answer(&mut io, respond, *request, keep_alive, common)
-                .await
-            {
-                Ok(direct_connection::AfterAnswer::KeepAlive(early)) => received = early,
-                Ok(direct_connection::AfterAnswer::Closed) => return None,
-                Err(e) => {
-                    tracing::debug!(error = %e, "connection ended with an error");
-                    return None;
+            } => {
+                let answered = match handlers::append_directly(&app, request) {
+                    Ok(appending) => {
+                        let appending = Box::pin(appending);
+                        direct_connection::answer(&mut io, appending, false, keep_alive, common)
+                            .await
+                    }
+                    Err(request) => {
+                        let head_only = request.method() == http::Method::HEAD;
+                        let request = match request.into_request() {
+                            Ok(request) => request,
+                            // Parts the `http` types reject: hyper answers.
+                            Err(whole) => return Some((io, whole)),
+                        };
+                        let responding = respond(request);
+                        let answering =
+                            async move { direct_connection::Answer::Response(responding.await) };
+                        direct_connection::answer(&mut io, answering, head_only, keep_alive, common)
+                            .await
+                    }
+                };
+                match answered {
+                    Ok(direct_connection::AfterAnswer::KeepAlive(early)) => received = early,
+                    Ok(direct_connection::AfterAnswer::Closed) => return None,
+                    Err(e) => {
+                        tracing::debug!(error = %e, "connection ended with an error");
+                        return None;
+                    }
                 }
-            },
+            }
             NextRequest::Other(prefix) => return Some((io, prefix)),
             NextRequest::Gone => return None,
         }

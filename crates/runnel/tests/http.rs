@@ -294,3 +294,109 @@ async fn appends_on_one_connection_are_answered_in_turn_whichever_path_reads_the
         .unwrap();
     assert_eq!(body, "one,two,three,four");
 }
+
+/// Sends `request` on a connection of its own and returns the answer as
+/// status line, header lines sorted (without `date`) and body: two
+/// answers that say the same compare equal.
+async fn exchange(addr: &str, request: Vec<u8>) -> String {
+    use tokio::io::AsyncWriteExt;
+    let mut conn = tokio::net::TcpStream::connect(addr).await.unwrap();
+    conn.write_all(&request).await.unwrap();
+    let (received, closed) = read_until_closed(&mut conn, std::time::Duration::from_secs(10)).await;
+    assert!(closed, "connection: close was not honoured: {received:?}");
+    let (head, body) = received.split_once("\r\n\r\n").expect("a whole head");
+    let mut lines = head.lines();
+    let status = lines.next().unwrap_or("").to_string();
+    let mut headers: Vec<String> = lines
+        .map(str::to_ascii_lowercase)
+        .filter(|l| !l.starts_with("date:"))
+        .collect();
+    headers.sort();
+    format!("{status}\n{}\n\n{body}", headers.join("\n"))
+}
+
+#[tokio::test]
+async fn appends_answer_alike_whether_or_not_hyper_reads_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--max-append-bytes", "64"]).await;
+    let client = reqwest::Client::new();
+    let addr = server.addr();
+    // (extra header lines, body) of each append, in order.
+    let producer = |epoch: u64, seq: u64| {
+        format!("producer-id: p\r\nproducer-epoch: {epoch}\r\nproducer-seq: {seq}\r\n")
+    };
+    let text = "content-type: text/plain\r\n".to_string();
+    let cases: Vec<(String, Vec<u8>)> = vec![
+        (text.clone(), b"plain,".to_vec()),
+        (String::new(), b"no content type".to_vec()),
+        ("content-type: application/json\r\n".into(), b"[1]".to_vec()),
+        (
+            "content-type: Text/Plain; charset=utf-8\r\n".into(),
+            b"same type,".to_vec(),
+        ),
+        (text.clone(), Vec::new()),
+        (text.clone(), vec![b'x'; 65]),
+        (format!("{text}{}", producer(0, 0)), b"p0,".to_vec()),
+        (format!("{text}{}", producer(0, 0)), b"p0,".to_vec()),
+        (format!("{text}{}", producer(0, 5)), b"gap,".to_vec()),
+        (format!("{text}{}", producer(1, 0)), b"p1,".to_vec()),
+        (format!("{text}{}", producer(0, 1)), b"stale,".to_vec()),
+        (format!("{text}producer-id: p\r\n"), b"partial,".to_vec()),
+        (
+            format!("{text}producer-id: p\r\nproducer-epoch: 01\r\nproducer-seq: 1\r\n"),
+            b"x".to_vec(),
+        ),
+        (format!("{text}stream-seq: b\r\n"), b"seq b,".to_vec()),
+        (format!("{text}stream-seq: a\r\n"), b"seq a,".to_vec()),
+        (
+            format!("{text}stream-seq: \u{80}\r\n"),
+            b"obs-text,".to_vec(),
+        ),
+        (format!("{text}stream-closed: maybe\r\n"), b"x".to_vec()),
+        (format!("{text}stream-closed: true\r\n"), b"last".to_vec()),
+        (text.clone(), b"after close,".to_vec()),
+        (format!("{text}stream-closed: true\r\n"), Vec::new()),
+    ];
+    for name in ["direct%20one", "hyper%20one"] {
+        common::create_text(&client, &server.stream_url(name), "").await;
+    }
+    let mut statuses = std::collections::BTreeSet::new();
+    for (index, (headers, body)) in cases.iter().enumerate() {
+        let head = |name: &str, framing: &str| {
+            let mut request =
+                format!("POST /v1/stream/{name} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\n")
+                    .into_bytes();
+            // Latin-1, so that a header can carry a byte past ASCII.
+            request.extend(headers.chars().map(|c| c as u8));
+            request.extend_from_slice(framing.as_bytes());
+            request
+        };
+        // A sized body: read and answered without hyper.
+        let mut sized = head(
+            "direct%20one",
+            &format!("content-length: {}\r\n\r\n", body.len()),
+        );
+        sized.extend_from_slice(body);
+        // A chunked body: the connection goes to hyper.
+        let mut chunked = head("hyper%20one", "transfer-encoding: chunked\r\n\r\n");
+        if !body.is_empty() {
+            chunked.extend_from_slice(format!("{:x}\r\n", body.len()).as_bytes());
+            chunked.extend_from_slice(body);
+            chunked.extend_from_slice(b"\r\n");
+        }
+        chunked.extend_from_slice(b"0\r\n\r\n");
+        let direct = exchange(&addr, sized).await;
+        let through_hyper = exchange(&addr, chunked).await;
+        assert_eq!(direct, through_hyper, "case {index}: {headers:?}");
+        statuses.insert(direct[9..12].to_string());
+    }
+    // The cases cover every kind of answer an append gets.
+    assert_eq!(
+        statuses.into_iter().collect::<Vec<_>>(),
+        ["200", "204", "400", "403", "409", "413"]
+    );
+    for name in ["direct%20one", "hyper%20one"] {
+        let body = read_all(&client, &server.stream_url(name)).await;
+        assert_eq!(body, b"plain,same type,p0,p1,seq b,last", "{name}");
+    }
+}

@@ -1,27 +1,159 @@
 //! POST: append to a stream, with Stream-Seq, idempotent producers, and
 //! closing (with a final body or without one).
+//!
+//! An append arrives two ways. Through [`post`], as an `http::Request`
+//! (from hyper, or from the direct path for a request it routes in
+//! general). Or, the common case, through [`direct`]: a plain append the
+//! direct path read whole, to a stream this node leads, is answered from
+//! the request's bytes with a head rendered by hand, without building a
+//! request, a header map or a response. Both read the same headers with
+//! the same rules ([`AppendHeaders`]) and append with the same code
+//! ([`append`]), so they answer alike.
+
+use std::future::Future;
 
 use axum::extract::Request;
-use axum::response::Response;
-use http::{HeaderValue, StatusCode};
-use runnel_core::{AppendToStream, Applied, Body, Command, ContentKind};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::{HeaderValue, Method, StatusCode};
+use runnel_core::{AppendToStream, Applied, Body, Command, ContentKind, Offset, Producer};
+use runnel_engine::Route;
 
-use super::{body_bytes, framed_body, offset_header, response, response_headers};
+use super::{body_bytes, framed_body, offset_header, response, response_headers, SERVED_BY};
+use crate::connection::RawRequest;
+use crate::direct_connection::{push_header, start_head, Answer};
 use crate::error::ApiError;
-use crate::headers::{self, names};
+use crate::headers::{self, names, Lookup, STREAM_PREFIX};
 use crate::AppState;
 
 pub async fn post(app: AppState, name: String, request: Request) -> Result<Response, ApiError> {
     let (parts, body) = request.into_parts();
-    let h = &parts.headers;
-    let content_type = headers::text(h, &http::header::CONTENT_TYPE)?
-        .filter(|ct| !ct.is_empty())
-        .map(str::to_string);
-    let close = headers::closed(h)?;
-    let producer = headers::producer(h)?;
-    let stream_seq = headers::text(h, &names::STREAM_SEQ)?.map(str::to_string);
+    let appending = AppendHeaders::of(&parts.headers)?;
     let data = body_bytes(&app, body).await?;
+    let done = append(&app, name, appending, data).await?;
 
+    let mut headers = response_headers();
+    headers.insert(names::STREAM_NEXT_OFFSET, offset_header(done.next_offset));
+    if done.closed {
+        headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
+    }
+    if let Some((epoch, seq)) = done.producer {
+        headers.insert(names::PRODUCER_EPOCH, HeaderValue::from(epoch));
+        headers.insert(names::PRODUCER_SEQ, HeaderValue::from(seq));
+    }
+    Ok(response(done.status, headers, axum::body::Body::empty()))
+}
+
+/// The direct path's append: `Ok` with the answer to come when `request`
+/// is a plain append (`POST` to a stream path without a query or a
+/// reserved `$` segment) to a stream whose group this node leads; the
+/// request back otherwise, for the general path (which forwards it, or
+/// answers what is unusual about it).
+pub fn direct(
+    app: &AppState,
+    request: Box<RawRequest>,
+) -> Result<impl Future<Output = Answer> + Send + 'static, Box<RawRequest>> {
+    let target = request.target();
+    let plain = request.method() == Method::POST
+        && target.starts_with(STREAM_PREFIX)
+        && !target.contains(['?', '$'])
+        // The `http` types' rules for a path, which the general path
+        // applies when it builds the request.
+        && http::uri::PathAndQuery::try_from(target).is_ok();
+    let name = match plain.then(|| headers::stream_name(target)) {
+        Some(Ok(name)) if matches!(app.node.route(&name), Route::Local) => name,
+        _ => return Err(request),
+    };
+    let app = app.clone();
+    Ok(async move {
+        let done = match AppendHeaders::of(&*request) {
+            Ok(appending) => {
+                let data = request.body();
+                if data.len() as u64 > app.config.max_append_bytes {
+                    Err(ApiError::PayloadTooLarge(app.config.max_append_bytes))
+                } else {
+                    append(&app, name, appending, data).await
+                }
+            }
+            Err(e) => Err(e),
+        };
+        match done {
+            Ok(done) => {
+                let mut head = start_head(done.status);
+                push_header(
+                    &mut head,
+                    names::STREAM_NEXT_OFFSET.as_str(),
+                    done.next_offset.token().as_str().as_bytes(),
+                );
+                if done.closed {
+                    push_header(&mut head, names::STREAM_CLOSED.as_str(), b"true");
+                }
+                if let Some((epoch, seq)) = done.producer {
+                    let (epoch, seq) = (epoch.to_string(), seq.to_string());
+                    push_header(&mut head, names::PRODUCER_EPOCH.as_str(), epoch.as_bytes());
+                    push_header(&mut head, names::PRODUCER_SEQ.as_str(), seq.as_bytes());
+                }
+                push_header(&mut head, SERVED_BY.as_str(), app.served_by.as_bytes());
+                Answer::Rendered {
+                    status: done.status,
+                    head,
+                }
+            }
+            Err(e) => {
+                let mut response = e.into_response();
+                response
+                    .headers_mut()
+                    .insert(SERVED_BY, app.served_by.clone());
+                Answer::Response(response)
+            }
+        }
+    })
+}
+
+/// The request headers an append reads.
+struct AppendHeaders {
+    content_type: Option<String>,
+    close: bool,
+    producer: Option<Producer>,
+    stream_seq: Option<String>,
+}
+
+impl AppendHeaders {
+    fn of(h: &(impl Lookup + ?Sized)) -> Result<AppendHeaders, ApiError> {
+        Ok(AppendHeaders {
+            content_type: headers::text(h, &http::header::CONTENT_TYPE)?
+                .filter(|ct| !ct.is_empty())
+                .map(str::to_string),
+            close: headers::closed(h)?,
+            producer: headers::producer(h)?,
+            stream_seq: headers::text(h, &names::STREAM_SEQ)?.map(str::to_string),
+        })
+    }
+}
+
+/// What an append did, for the answer.
+struct Done {
+    status: StatusCode,
+    next_offset: Offset,
+    closed: bool,
+    /// A producer's epoch and sequence number, echoed.
+    producer: Option<(u64, u64)>,
+}
+
+/// Appends `data` to the stream `name` (validated and framed per its
+/// content type) and waits until the append is durable.
+async fn append(
+    app: &AppState,
+    name: String,
+    appending: AppendHeaders,
+    data: Bytes,
+) -> Result<Done, ApiError> {
+    let AppendHeaders {
+        content_type,
+        close,
+        producer,
+        stream_seq,
+    } = appending;
     if data.is_empty() && !close {
         return Err(ApiError::bad(
             "an append needs a body (or Stream-Closed: true)",
@@ -54,21 +186,16 @@ pub async fn post(app: AppState, name: String, request: Request) -> Result<Respo
     else {
         unreachable!("an append answers Appended");
     };
-
-    let mut headers = response_headers();
-    headers.insert(names::STREAM_NEXT_OFFSET, offset_header(next_offset));
-    if closed {
-        headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
-    }
-    if let Some((epoch, seq)) = producer {
-        headers.insert(names::PRODUCER_EPOCH, HeaderValue::from(epoch));
-        headers.insert(names::PRODUCER_SEQ, HeaderValue::from(seq));
-    }
     // A producer's new data is 200; duplicates, plain appends and closes 204.
     let status = if producer.is_some() && has_data && !duplicate {
         StatusCode::OK
     } else {
         StatusCode::NO_CONTENT
     };
-    Ok(response(status, headers, axum::body::Body::empty()))
+    Ok(Done {
+        status,
+        next_offset,
+        closed,
+        producer,
+    })
 }

@@ -12,6 +12,7 @@ mod read;
 mod snapshot;
 mod sse;
 
+pub use append::direct as append_directly;
 pub use pin::release_expired_pins;
 pub use sse::RenderCache as SseRenderCache;
 
