@@ -225,6 +225,11 @@ impl RawRequest {
         std::str::from_utf8(&self.whole[self.spans.target.clone()]).unwrap_or("")
     }
 
+    /// The request target's bytes, sharing the request's memory.
+    pub fn target_bytes(&self) -> Bytes {
+        self.whole.slice(self.spans.target.clone())
+    }
+
     /// The first value of the header `name` (in any case), as it was sent.
     pub fn header(&self, name: &str) -> Option<&[u8]> {
         self.spans.headers.iter().find_map(|(n, v)| {

@@ -59,7 +59,7 @@ pub fn direct(
         && !target.contains(['?', '$'])
         // The `http` types' rules for a path, which the general path
         // applies when it builds the request.
-        && http::uri::PathAndQuery::try_from(target).is_ok();
+        && http::uri::PathAndQuery::from_maybe_shared(request.target_bytes()).is_ok();
     let name = match plain.then(|| headers::stream_name(target)) {
         Some(Ok(name)) if matches!(app.node.route(&name), Route::Local) => name,
         _ => return Err(request),
