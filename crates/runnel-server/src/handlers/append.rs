@@ -15,11 +15,11 @@ use std::future::Future;
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use http::{HeaderValue, Method, StatusCode};
+use http::{HeaderName, HeaderValue, Method, StatusCode};
 use runnel_core::{AppendToStream, Applied, Body, Command, ContentKind, Offset, Producer};
 use runnel_engine::Route;
 
-use super::{body_bytes, framed_body, offset_header, response, response_headers, SERVED_BY};
+use super::{body_bytes, framed_body, response, response_headers, SERVED_BY};
 use crate::connection::RawRequest;
 use crate::direct_connection::{push_header, start_head, Answer};
 use crate::error::ApiError;
@@ -31,16 +31,11 @@ pub async fn post(app: AppState, name: String, request: Request) -> Result<Respo
     let appending = AppendHeaders::of(&parts.headers)?;
     let data = body_bytes(&app, body).await?;
     let done = append(&app, name, appending, data).await?;
-
     let mut headers = response_headers();
-    headers.insert(names::STREAM_NEXT_OFFSET, offset_header(done.next_offset));
-    if done.closed {
-        headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
-    }
-    if let Some((epoch, seq)) = done.producer {
-        headers.insert(names::PRODUCER_EPOCH, HeaderValue::from(epoch));
-        headers.insert(names::PRODUCER_SEQ, HeaderValue::from(seq));
-    }
+    done.each_header(|name, value| {
+        let value = HeaderValue::from_bytes(value).expect("offsets and numbers are header-safe");
+        headers.insert(name.clone(), value);
+    });
     Ok(response(done.status, headers, axum::body::Body::empty()))
 }
 
@@ -80,19 +75,7 @@ pub fn direct(
         match done {
             Ok(done) => {
                 let mut head = start_head(done.status);
-                push_header(
-                    &mut head,
-                    names::STREAM_NEXT_OFFSET.as_str(),
-                    done.next_offset.token().as_str().as_bytes(),
-                );
-                if done.closed {
-                    push_header(&mut head, names::STREAM_CLOSED.as_str(), b"true");
-                }
-                if let Some((epoch, seq)) = done.producer {
-                    let (epoch, seq) = (epoch.to_string(), seq.to_string());
-                    push_header(&mut head, names::PRODUCER_EPOCH.as_str(), epoch.as_bytes());
-                    push_header(&mut head, names::PRODUCER_SEQ.as_str(), seq.as_bytes());
-                }
+                done.each_header(|name, value| push_header(&mut head, name.as_str(), value));
                 push_header(&mut head, SERVED_BY.as_str(), app.served_by.as_bytes());
                 Answer::Rendered {
                     status: done.status,
@@ -138,6 +121,25 @@ struct Done {
     closed: bool,
     /// A producer's epoch and sequence number, echoed.
     producer: Option<(u64, u64)>,
+}
+
+impl Done {
+    /// Calls `header` with each header of the answer (`Runnel-Served-By`
+    /// and the headers every response gets aside): one definition for
+    /// both paths.
+    fn each_header(&self, mut header: impl FnMut(&HeaderName, &[u8])) {
+        header(
+            &names::STREAM_NEXT_OFFSET,
+            self.next_offset.token().as_str().as_bytes(),
+        );
+        if self.closed {
+            header(&names::STREAM_CLOSED, b"true");
+        }
+        if let Some((epoch, seq)) = self.producer {
+            header(&names::PRODUCER_EPOCH, epoch.to_string().as_bytes());
+            header(&names::PRODUCER_SEQ, seq.to_string().as_bytes());
+        }
+    }
 }
 
 /// Appends `data` to the stream `name` (validated and framed per its
