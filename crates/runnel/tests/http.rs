@@ -390,6 +390,21 @@ async fn appends_answer_alike_whether_or_not_hyper_reads_them() {
         assert_eq!(direct, through_hyper, "case {index}: {headers:?}");
         statuses.insert(direct[9..12].to_string());
     }
+    // A reserved `$` segment, percent-encoded: the same answer both ways.
+    let escaped = |framing: &str, body: &str| {
+        format!(
+            "POST /v1/stream/direct%20one%2F%24snapshot HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-type: text/plain\r\n{framing}\r\n{body}"
+        )
+        .into_bytes()
+    };
+    assert_eq!(
+        exchange(&addr, escaped("content-length: 1\r\n", "x")).await,
+        exchange(
+            &addr,
+            escaped("transfer-encoding: chunked\r\n", "1\r\nx\r\n0\r\n\r\n")
+        )
+        .await,
+    );
     // The cases cover every kind of answer an append gets.
     assert_eq!(
         statuses.into_iter().collect::<Vec<_>>(),

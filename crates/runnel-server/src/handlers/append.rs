@@ -56,7 +56,11 @@ pub fn direct(
         // applies when it builds the request.
         && http::uri::PathAndQuery::from_maybe_shared(request.target_bytes()).is_ok();
     let name = match plain.then(|| headers::stream_name(target)) {
-        Some(Ok(name)) if matches!(app.node.route(&name), Route::Local) => name,
+        // A `$` may also arrive percent-encoded: the general path decides
+        // what such a name means.
+        Some(Ok(name)) if !name.contains('$') && matches!(app.node.route(&name), Route::Local) => {
+            name
+        }
         _ => return Err(request),
     };
     let app = app.clone();
