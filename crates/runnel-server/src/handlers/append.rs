@@ -40,8 +40,8 @@ pub async fn post(app: AppState, name: String, request: Request) -> Result<Respo
 }
 
 /// The direct path's append: `Ok` with the answer to come when `request`
-/// is a plain append (`POST` to a stream path without a query or a
-/// reserved `$` segment) to a stream whose group this node leads; the
+/// is a plain append (`POST` to a stream path without a query, fragment
+/// or reserved `$` segment) to a stream whose group this node leads; the
 /// request back otherwise, for the general path (which forwards it, or
 /// answers what is unusual about it).
 pub fn direct(
@@ -51,7 +51,9 @@ pub fn direct(
     let target = request.target();
     let plain = request.method() == Method::POST
         && target.starts_with(STREAM_PREFIX)
-        && !target.contains(['?', '$'])
+        // A query, a fragment (which the `http` types cut off) or a
+        // reserved segment: the general path sorts those out.
+        && !target.contains(['?', '#', '$'])
         // The `http` types' rules for a path, which the general path
         // applies when it builds the request.
         && http::uri::PathAndQuery::from_maybe_shared(request.target_bytes()).is_ok();
