@@ -284,7 +284,6 @@ where
             } => {
                 let answered = match handlers::append_directly(&app, request) {
                     Ok(appending) => {
-                        let appending = Box::pin(appending);
                         direct_connection::answer(&mut io, appending, false, keep_alive, common)
                             .await
                     }

@@ -11,6 +11,7 @@
 //! ([`append`]), so they answer alike.
 
 use std::future::Future;
+use std::pin::Pin;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -44,10 +45,13 @@ pub async fn post(app: AppState, name: String, request: Request) -> Result<Respo
 /// or reserved `$` segment) to a stream whose group this node leads; the
 /// request back otherwise, for the general path (which forwards it, or
 /// answers what is unusual about it).
+///
+/// The answer comes boxed: held inline, it would make every connection's
+/// task larger for its whole life, idle SSE readers included.
 pub fn direct(
     app: &AppState,
     request: Box<RawRequest>,
-) -> Result<impl Future<Output = Answer> + Send + 'static, Box<RawRequest>> {
+) -> Result<Pin<Box<dyn Future<Output = Answer> + Send>>, Box<RawRequest>> {
     let target = request.target();
     let plain = request.method() == Method::POST
         && target.starts_with(STREAM_PREFIX)
@@ -66,7 +70,7 @@ pub fn direct(
         _ => return Err(request),
     };
     let app = app.clone();
-    Ok(async move {
+    Ok(Box::pin(async move {
         let done = match AppendHeaders::of(&*request) {
             Ok(appending) => {
                 let data = request.body();
@@ -96,7 +100,7 @@ pub fn direct(
                 Answer::Response(response)
             }
         }
-    })
+    }))
 }
 
 /// The request headers an append reads.
