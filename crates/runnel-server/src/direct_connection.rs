@@ -373,7 +373,6 @@ mod tests {
     use std::convert::Infallible;
     use tower::ServiceExt;
 
-    /// A test application answering as `app` routes.
     /// Answers `request` with `app` as the connection loop does.
     async fn answer_with<I: AsyncRead + AsyncWrite + Unpin>(
         io: &mut I,
@@ -386,6 +385,7 @@ mod tests {
         super::answer(io, answering, head_only, keep_alive, b"").await
     }
 
+    /// A test application answering as `app` routes.
     fn with(
         app: Router,
     ) -> impl FnOnce(Request<Body>) -> futures::future::BoxFuture<'static, Response> {
