@@ -32,21 +32,26 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# A free port whose successor is free too (a cluster node's Raft port),
-# below the kernel's ephemeral range: a port from that range can be taken
-# as the source port of a node's connection to a peer that has not started
-# yet, and the peer then cannot bind it.
-free_port_pair() {
-  python3 - <<'PY'
-import random, socket
-while True:
+# N ports, each with its successor free too (a cluster node's Raft port),
+# all distinct, below the kernel's ephemeral range: a port from that range
+# can be taken as the source port of a node's connection to a peer that has
+# not started yet, and the peer then cannot bind it.
+free_port_pairs() {
+  python3 - "$1" <<'PY'
+import random, socket, sys
+wanted, taken, chosen = int(sys.argv[1]), set(), []
+while len(chosen) < wanted:
     port = random.randrange(20000, 32000)
+    if {port, port + 1} & taken:
+        continue
     try:
         for p in (port, port + 1):
             s = socket.socket(); s.bind(("127.0.0.1", p)); s.close()
     except OSError:
         continue
-    print(port); break
+    taken |= {port, port + 1}
+    chosen.append(port)
+print(" ".join(map(str, chosen)))
 PY
 }
 
@@ -62,18 +67,16 @@ wait_healthy() {
 
 common=(--long-poll-timeout-ms 500)
 if [ "$cluster" = 0 ]; then
-  port=$(free_port_pair)
+  port=$(free_port_pairs 1)
   "$bin" serve --listen "127.0.0.1:$port" --data-dir "$data/db" "${common[@]}" >"$data/server.log" 2>&1 &
   pids+=($!)
   wait_healthy "$port"
   target=$port
 else
-  ports=()
+  read -r -a ports <<<"$(free_port_pairs 3)"
   peers=""
   for id in 1 2 3; do
-    port=$(free_port_pair)
-    ports+=("$port")
-    peers="$peers${peers:+,}$id=127.0.0.1:$port"
+    peers="$peers${peers:+,}$id=127.0.0.1:${ports[id - 1]}"
   done
   for id in 1 2 3; do
     "$bin" serve --node-id "$id" --peers "$peers" --groups 3 --data-dir "$data/n$id" "${common[@]}" \

@@ -164,11 +164,7 @@ async fn every_workload_runs_and_reports_sane_counts() {
     );
 
     // The baseline server answers like a server and never fails.
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = common::reserve_ports(1);
     let mut baseline = Command::new(env!("CARGO_BIN_EXE_runnel"))
         .args([
             "bench",

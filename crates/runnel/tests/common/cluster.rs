@@ -1,6 +1,5 @@
 //! Starts a cluster of real `runnel` processes on loopback.
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -11,22 +10,6 @@ pub struct Cluster {
     peers: String,
     extra: Vec<String>,
     children: Vec<Option<Child>>,
-}
-
-/// A free loopback port whose successor (the Raft port) is free too,
-/// below the kernel's ephemeral range: a port from that range can be taken
-/// as the source port of a node's connection to a peer that has not
-/// started yet, and the peer then cannot bind it.
-fn free_port_pair() -> u16 {
-    use rand::Rng;
-    loop {
-        let port = rand::thread_rng().gen_range(20_000..32_000);
-        if TcpListener::bind(("127.0.0.1", port)).is_ok()
-            && TcpListener::bind(("127.0.0.1", port + 1)).is_ok()
-        {
-            return port;
-        }
-    }
 }
 
 /// Where node `i` logs: `$CLUSTER_TEST_LOG_DIR/n{i+1}.log` when set (with
@@ -48,7 +31,8 @@ impl Cluster {
     /// Starts `nodes` nodes (ids 1..=nodes) with data under `dir` and
     /// waits until every node sees a leader for every group.
     pub async fn start(dir: &Path, nodes: usize, extra: &[&str]) -> Cluster {
-        let ports: Vec<u16> = (0..nodes).map(|_| free_port_pair()).collect();
+        // Each node's HTTP port and, next to it, its Raft port.
+        let ports: Vec<u16> = (0..nodes).map(|_| super::reserve_ports(2)).collect();
         let peers = ports
             .iter()
             .enumerate()

@@ -6,7 +6,47 @@ pub mod cluster;
 use std::net::TcpListener;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
+
+/// Where loopback ports for test servers are handed out: below the kernel's
+/// ephemeral range (32768 and up here), so that no client socket's source
+/// port can take a port before its server binds it.
+const PORT_RANGE: std::ops::Range<u32> = 20_000..32_000;
+
+/// `count` consecutive loopback ports that are free now and that no other
+/// caller in this process has been given.
+///
+/// Tests run in parallel threads, and a port that is merely free when it is
+/// checked can be picked again by another test before the first test's
+/// server binds it (one CI run lost a cluster to exactly that). A counter
+/// shared by the whole process, started at a random point so that test
+/// binaries run one after another do not reuse each other's ports at once,
+/// hands every port out once.
+pub fn reserve_ports(count: u32) -> u16 {
+    use rand::Rng;
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    let span = PORT_RANGE.end - PORT_RANGE.start;
+    let _ = NEXT.compare_exchange(
+        0,
+        rand::thread_rng().gen_range(0..span),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    for _ in 0..span {
+        let offset = NEXT.fetch_add(count, Ordering::Relaxed) % span;
+        let first = PORT_RANGE.start + offset;
+        if first + count > PORT_RANGE.end {
+            continue;
+        }
+        let all_free =
+            (first..first + count).all(|p| TcpListener::bind(("127.0.0.1", p as u16)).is_ok());
+        if all_free {
+            return first as u16;
+        }
+    }
+    panic!("no {count} free consecutive loopback ports in {PORT_RANGE:?}");
+}
 
 pub struct Server {
     child: Child,
@@ -18,11 +58,7 @@ impl Server {
     /// waits until it answers /health.
     #[allow(dead_code)] // the cluster tests start no single server
     pub async fn start(data_dir: &Path, extra: &[&str]) -> Server {
-        let port = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
+        let port = reserve_ports(1);
         let child = Command::new(env!("CARGO_BIN_EXE_runnel"))
             .arg("serve")
             .arg("--listen")
