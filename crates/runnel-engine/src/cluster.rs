@@ -391,7 +391,8 @@ impl ClusterNode {
 /// stop waiting (initializing with the same membership on several nodes
 /// is safe). A group that any peer already has is never initialized
 /// here: a node that lost its disk rejoins and is sent a snapshot, and
-/// votes in that group only once it has heard from its leader (see
+/// votes or stands for election in that group only once it has heard from
+/// its leader and caught up with what its peers had applied (see
 /// [`VoteGuard`]).
 async fn form_and_balance(
     groups: Vec<Arc<RaftGroup>>,
@@ -405,15 +406,28 @@ async fn form_and_balance(
     let Some(rank) = nodes.iter().position(|n| *n == me) else {
         return;
     };
+    let mut held = Vec::new();
     for group in &groups {
         let have = group.raft().is_initialized().await.unwrap_or(false);
-        if have || !transport.probe_peers(group.index()).await.led {
+        let peers = transport.probe_peers(group.index()).await;
+        if have || !peers.led {
             served.votes.release(group.index());
         } else {
             tracing::info!(
                 group = group.index(),
-                "rejoining without this group's state: no vote until its leader is heard"
+                peers_applied = peers.applied,
+                "rejoining without this group's state: no vote until it has caught up with its leader"
             );
+            served.votes.hold_until(group.index(), peers.applied);
+            group.raft().runtime_config().elect(false);
+            held.push(group.index());
+            let (served, group) = (Arc::clone(&served), Arc::clone(group));
+            tokio::spawn(async move {
+                served
+                    .votes
+                    .wait_and_release_elections(group.index(), group.raft())
+                    .await;
+            });
         }
     }
     let preferred = |g: &RaftGroup| g.index() as usize % nodes.len() == rank;
@@ -430,7 +444,9 @@ async fn form_and_balance(
             }
         }
     };
-    for group in groups.iter().filter(|g| !preferred(g)) {
+    // A held group's elections are left to its vote guard.
+    let left_alone = |g: &RaftGroup| held.contains(&g.index());
+    for group in groups.iter().filter(|g| !preferred(g) && !left_alone(g)) {
         group.raft().runtime_config().elect(false);
     }
     for group in groups.iter().filter(|g| preferred(g)) {
@@ -439,13 +455,13 @@ async fn form_and_balance(
     // A running cluster's leaders make themselves known within a heartbeat
     // or two; only leaderless groups need an election.
     tokio::time::sleep(hold_back / 10).await;
-    for group in groups.iter().filter(|g| preferred(g)) {
+    for group in groups.iter().filter(|g| preferred(g) && !left_alone(g)) {
         if group.leader().is_none() && group.raft().is_initialized().await.unwrap_or(false) {
             let _ = group.raft().trigger().elect().await;
         }
     }
     tokio::time::sleep(hold_back).await;
-    for group in groups.iter().filter(|g| !preferred(g)) {
+    for group in groups.iter().filter(|g| !preferred(g) && !left_alone(g)) {
         group.raft().runtime_config().elect(true);
         if group.leader().is_none() {
             form(Arc::clone(group)).await;

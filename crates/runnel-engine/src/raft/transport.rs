@@ -79,21 +79,31 @@ pub struct PeerGroup {
     pub initialized: bool,
     /// It knows a leader: the group is running, not being formed.
     pub led: bool,
+    /// The index of the last entry it applied (0 for none).
+    pub applied: u64,
 }
 
 impl PeerGroup {
     pub(crate) async fn of(raft: &Raft) -> PeerGroup {
+        let (led, applied) = {
+            let metrics = raft.metrics();
+            let metrics = metrics.borrow();
+            let applied = metrics.last_applied.map_or(0, |l| l.index);
+            (metrics.current_leader.is_some(), applied)
+        };
         PeerGroup {
             initialized: raft.is_initialized().await.unwrap_or(false),
-            led: raft.metrics().borrow().current_leader.is_some(),
+            led,
+            applied,
         }
     }
 
-    /// What any of the answers says.
+    /// What any of the answers says (and the most any applied).
     pub(crate) fn any(self, other: PeerGroup) -> PeerGroup {
         PeerGroup {
             initialized: self.initialized || other.initialized,
             led: self.led || other.led,
+            applied: self.applied.max(other.applied),
         }
     }
 }
@@ -583,6 +593,9 @@ async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Ve
         KIND_PROBE => bincode::serialize(&PeerGroup::of(raft).await),
         KIND_READ_INDEX => bincode::serialize(&leader_read_index(raft).await?),
         KIND_HANDOFF => {
+            if served.votes.refuses(group, raft) {
+                return Err(REFUSAL.into());
+            }
             let role = *body.first().ok_or("a handover request without a role")?;
             super::rebalance::on_handoff(raft, role);
             bincode::serialize(&())

@@ -23,10 +23,15 @@
 //!   read (a leader cut off from the others, or a lagging follower, must
 //!   not serve stale state).
 //!
+//! [`lost_disk`] plays one scenario the random faults are unlikely to
+//! reach: a node loses its disk while an acknowledged write is on it and
+//! its leader alone, and the leader crashes before the node has it back.
+//!
 //! `cargo test -p runnel-engine sim_` runs the fixed seed corpus;
 //! `RUNNEL_SIM_SEEDS=500 cargo test --release -p runnel-engine sim_corpus`
 //! runs more, and `RUNNEL_SIM_SEED=N` one.
 
+mod lost_disk;
 mod net;
 
 use std::collections::BTreeMap;
@@ -67,6 +72,18 @@ fn at() -> u128 {
 }
 
 impl Sim {
+    /// Three nodes, none started yet.
+    fn new(seed: u64) -> Sim {
+        Sim {
+            dir: tempfile::tempdir().unwrap(),
+            net: SimNet::new(seed.wrapping_mul(31)),
+            nodes: vec![None, None, None],
+            committers: vec![None, None, None],
+            trace: Arc::default(),
+            disk_seed: seed.wrapping_mul(17),
+        }
+    }
+
     fn config(&self, i: usize) -> ClusterConfig {
         let mut engine = EngineConfig::new(self.dir.path().join(format!("n{}", i + 1)));
         engine.groups = 2;
@@ -132,6 +149,37 @@ fn message(stream: usize, seq: u64) -> String {
     format!("<{stream}:{seq}>")
 }
 
+/// Creates an empty `text/plain` stream.
+fn create_text(name: &str) -> Command {
+    Command::Create(CreateStream {
+        name: name.to_string(),
+        content_type: Some("text/plain".into()),
+        ttl_secs: None,
+        expires_at_ms: None,
+        closed: false,
+        fork: None,
+        body: Body::default(),
+        compaction: false,
+        retention: Retention::default(),
+        inherit: None,
+    })
+}
+
+/// Appends `text` to a `text/plain` stream.
+fn append_text(name: &str, text: &str, producer: Option<Producer>) -> Command {
+    Command::Append(AppendToStream {
+        name: name.to_string(),
+        content_type: Some("text/plain".into()),
+        body: Body {
+            data: text.as_bytes().to_vec(),
+            message_ends: Vec::new(),
+        },
+        producer,
+        stream_seq: None,
+        close: false,
+    })
+}
+
 /// Proposes through the node that leads the stream's group, as the HTTP
 /// layer's forwarding would.
 async fn propose_via_leader(
@@ -177,34 +225,14 @@ async fn producer(
             continue;
         }
         let command = if created {
-            Command::Append(AppendToStream {
-                name: name.clone(),
-                content_type: Some("text/plain".into()),
-                body: Body {
-                    data: message(stream, seq).into_bytes(),
-                    message_ends: Vec::new(),
-                },
-                producer: Some(Producer {
-                    id: format!("producer-{stream}"),
-                    epoch: 0,
-                    seq,
-                }),
-                stream_seq: None,
-                close: false,
-            })
+            let producer = Producer {
+                id: format!("producer-{stream}"),
+                epoch: 0,
+                seq,
+            };
+            append_text(&name, &message(stream, seq), Some(producer))
         } else {
-            Command::Create(CreateStream {
-                name: name.clone(),
-                content_type: Some("text/plain".into()),
-                ttl_secs: None,
-                expires_at_ms: None,
-                closed: false,
-                fork: None,
-                body: Body::default(),
-                compaction: false,
-                retention: Retention::default(),
-                inherit: None,
-            })
+            create_text(&name)
         };
         match propose_via_leader(&alive, &mut rng, &name, command).await {
             Some(Applied::Created { .. }) => created = true,
@@ -307,13 +335,18 @@ async fn reader(
 /// Runs one seed; panics with the seed on a violated check. Returns the
 /// trace (events with their simulated times) for reproducibility checks.
 fn run(seed: u64) -> Vec<String> {
+    run_simulated(seed, simulate(seed))
+}
+
+/// Runs `simulation` on one thread under the paused clock.
+fn run_simulated<T>(seed: u64, simulation: impl std::future::Future<Output = T>) -> T {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .start_paused(true)
         .build()
         .unwrap();
     runtime.block_on(async {
-        tokio::time::timeout(Duration::from_secs(600), simulate(seed))
+        tokio::time::timeout(Duration::from_secs(600), simulation)
             .await
             .unwrap_or_else(|_| panic!("seed {seed}: the simulation hung"))
     })
@@ -322,14 +355,7 @@ fn run(seed: u64) -> Vec<String> {
 async fn simulate(seed: u64) -> Vec<String> {
     seed_thread_rng(seed);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed);
-    let mut sim = Sim {
-        dir: tempfile::tempdir().unwrap(),
-        net: SimNet::new(seed.wrapping_mul(31)),
-        nodes: vec![None, None, None],
-        committers: vec![None, None, None],
-        trace: Arc::default(),
-        disk_seed: seed.wrapping_mul(17),
-    };
+    let mut sim = Sim::new(seed);
     for i in 0..NODES as usize {
         sim.start(i).await;
     }

@@ -192,6 +192,9 @@ impl Transport for SimTransport {
     fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>> {
         Box::pin(async move {
             let raft = self.reach(node, group)?;
+            if self.net.refuses_vote(node, group) {
+                return Err(crate::raft::vote_guard::REFUSAL.into());
+            }
             crate::raft::rebalance::on_handoff(&raft, role);
             Ok(())
         })

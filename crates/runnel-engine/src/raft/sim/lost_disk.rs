@@ -1,0 +1,174 @@
+//! A node that lost its disk must not help elect a leader that lacks an
+//! acknowledged write (see [`crate::raft::vote_guard`]).
+//!
+//! The scenario, in one group: the leader L and the node W acknowledge a
+//! write X while the third node C is cut off, so only L and W hold X. W
+//! loses its disk and restarts empty. The moment W has heard from L, but
+//! before it holds X again, L crashes and C returns. C lacks X; so does W.
+//! Had W voted, C (or W) would lead, and X would be overwritten once L
+//! came back. W must hold its vote: the group waits, L restarts and leads
+//! again, and X is on every node. (In a few seeds W still gets X from
+//! messages L sent before it crashed, and may then lead with it.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use runnel_core::{Applied, ReadFrom};
+
+use super::{append_text, converge, create_text, run_simulated, seeds, Sim, NODES};
+use crate::cluster::ClusterNode;
+use crate::node::group_index;
+use crate::raft::runtime::seed_thread_rng;
+use crate::raft::vote_guard::OwnCopy;
+use crate::NodeEngine;
+
+const NAME: &str = "lost-disk";
+
+#[test]
+fn sim_a_node_that_lost_its_disk_helps_elect_no_leader_lacking_an_acknowledged_write() {
+    let seeds = seeds();
+    let held = seeds
+        .iter()
+        .filter(|seed| run_simulated(**seed, lost_disk(**seed)))
+        .count();
+    eprintln!(
+        "W held its vote while L was down in {held} of {} seeds",
+        seeds.len()
+    );
+    // Most seeds must exercise the held vote, or the test proves little.
+    assert!(
+        held * 2 >= seeds.len(),
+        "only {held} of {} seeds left W without X while L was down",
+        seeds.len()
+    );
+}
+
+fn node(sim: &Sim, i: usize) -> &Arc<ClusterNode> {
+    sim.nodes[i].as_ref().expect("node is running")
+}
+
+fn group(node: &ClusterNode) -> &crate::raft::group::RaftGroup {
+    &node.groups()[group_index(NAME, node.groups().len())]
+}
+
+/// The index (0-based) of the node every running node sees leading the
+/// stream's group, once they agree.
+async fn agreed_leader(sim: &Sim, seed: u64) -> usize {
+    for _ in 0..1000 {
+        let views: Vec<_> = sim.alive().iter().map(|n| group(n).leader()).collect();
+        if let Some(Some(leader)) = views.first() {
+            if views.iter().all(|v| *v == Some(*leader)) {
+                return *leader as usize - 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    panic!("seed {seed}: no agreed leader");
+}
+
+async fn propose(node: &ClusterNode, command: runnel_core::Command) -> Applied {
+    tokio::time::timeout(Duration::from_secs(5), NodeEngine::propose(node, command))
+        .await
+        .expect("proposal answered")
+        .expect("proposal applied")
+}
+
+fn applied(node: &ClusterNode) -> u64 {
+    OwnCopy::of(group(node).raft()).applied
+}
+
+/// Runs the scenario; true if W held its vote while L was down (no leader
+/// was elected), false if it caught up from L's last messages first.
+async fn lost_disk(seed: u64) -> bool {
+    seed_thread_rng(seed);
+    let mut sim = Sim::new(seed);
+    for i in 0..NODES as usize {
+        sim.start(i).await;
+    }
+    let leader = agreed_leader(&sim, seed).await;
+    let (wiped, cut_off) = ((leader + 1) % 3, (leader + 2) % 3);
+    propose(node(&sim, leader), create_text(NAME)).await;
+    propose(node(&sim, leader), append_text(NAME, "a;", None)).await;
+
+    // X is acknowledged by L and W alone.
+    sim.net.isolate(cut_off as u64 + 1, true);
+    let x = propose(node(&sim, leader), append_text(NAME, "X;", None)).await;
+    assert!(matches!(x, Applied::Appended { .. }), "seed {seed}: {x:?}");
+    let target = applied(node(&sim, leader));
+
+    // W loses its disk. Slow messages keep it behind for a while after it
+    // first hears from L.
+    sim.crash(wiped).await;
+    std::fs::remove_dir_all(sim.dir.path().join(format!("n{}", wiped + 1))).unwrap();
+    sim.net.set_faults(0, 20);
+    sim.start(wiped).await;
+    let mut polls = 0;
+    loop {
+        let own = OwnCopy::of(group(node(&sim, wiped)).raft());
+        if own.heard_leader {
+            assert!(
+                own.applied < target,
+                "seed {seed}: the scenario needs W to hear from L before it holds X \
+                 (it applied {} of {target} already)",
+                own.applied
+            );
+            break;
+        }
+        polls += 1;
+        assert!(polls < 20_000, "seed {seed}: W never heard from L");
+        tokio::time::sleep(Duration::from_micros(200)).await;
+    }
+
+    // L crashes before W holds X (as far as W knew); C returns. W may
+    // still get X from messages L sent before it crashed, and may then
+    // lead; otherwise W and C both lack X and must elect no one.
+    sim.crash(leader).await;
+    sim.net.isolate(cut_off as u64 + 1, false);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let mut elected = false;
+    for i in [wiped, cut_off] {
+        let n = node(&sim, i);
+        if group(n).raft().metrics().borrow().state == openraft::ServerState::Leader {
+            elected = true;
+            assert_eq!(
+                read_all(n, seed, i),
+                b"a;X;",
+                "seed {seed}: n{} was elected without X",
+                i + 1
+            );
+        }
+    }
+
+    // L returns and leads again; X is on every node.
+    sim.start(leader).await;
+    // Replicas that applied the same entries look converged before the
+    // group has a leader again: wait for every node to apply X's index
+    // (which holds X, or what overwrote it).
+    for _ in 0..1000 {
+        if (0..NODES as usize).all(|i| applied(node(&sim, i)) >= target) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    converge(&sim, seed).await;
+    for (i, n) in sim.alive().iter().enumerate() {
+        assert_eq!(
+            read_all(n, seed, i),
+            b"a;X;",
+            "seed {seed}: n{} lost the acknowledged write",
+            i + 1
+        );
+    }
+    for i in 0..NODES as usize {
+        sim.crash(i).await;
+    }
+    !elected
+}
+
+fn read_all(node: &ClusterNode, seed: u64, i: usize) -> Vec<u8> {
+    let read = node
+        .engine_for(NAME)
+        .read(NAME, ReadFrom::Start, u64::MAX)
+        .unwrap_or_else(|e| panic!("seed {seed}: n{} cannot read: {e}", i + 1));
+    read.body.to_vec()
+}
