@@ -87,6 +87,8 @@ pub struct ClusterNode {
     collector: Arc<Collector>,
     /// Read indexes from group leaders, for live reads served here.
     reads: Arc<dyn ReadIndex>,
+    /// The groups as peers are answered, with this node's vote guard.
+    served: Arc<Served>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -274,7 +276,7 @@ impl ClusterNode {
             config.node_id,
             members,
             Arc::clone(&transport),
-            served,
+            Arc::clone(&served),
             config.election_timeout.1 * 3,
         )));
         tasks.push(tokio::spawn(rebalance::rebalance(
@@ -311,6 +313,7 @@ impl ClusterNode {
             log,
             collector,
             reads,
+            served,
             tasks,
         }))
     }
@@ -382,6 +385,9 @@ impl ClusterNode {
     }
 }
 
+/// How often an empty node asks its peers again while none answers.
+const PROBE_AGAIN: Duration = Duration::from_millis(200);
+
 /// Forms new groups and balances leadership. Each group has a preferred
 /// leader (`group % nodes` in node-id order). A node initializes the new
 /// groups it prefers at once (openraft then elects it) and holds back, for
@@ -409,25 +415,38 @@ async fn form_and_balance(
     let mut held = Vec::new();
     for group in &groups {
         let have = group.raft().is_initialized().await.unwrap_or(false);
-        let peers = transport.probe_peers(group.index()).await;
-        if have || !peers.led {
+        let mut peers = transport.probe_peers(group.index()).await;
+        // An empty node cannot tell a forming cluster from one it lost its
+        // disk in until a peer answers: it must not vote before then.
+        if !have && peers.answered == 0 && nodes.len() > 1 {
+            tracing::info!(
+                group = group.index(),
+                "no peer answers yet: waiting for one before this empty node votes"
+            );
+            while peers.answered == 0 {
+                tokio::time::sleep(PROBE_AGAIN).await;
+                peers = transport.probe_peers(group.index()).await;
+            }
+        }
+        // Formed with just the membership entry (index 0) and no leader
+        // yet: the cluster is forming, and this node is one of its members.
+        let forming = !peers.led && peers.last_log == 0;
+        if have || forming {
             served.votes.release(group.index());
         } else {
             tracing::info!(
                 group = group.index(),
-                peers_applied = peers.applied,
                 "rejoining without this group's state: no vote until it has caught up with its leader"
             );
-            served.votes.hold_until(group.index(), peers.applied);
+            served.votes.hold_until(group.index(), u64::MAX);
             group.raft().runtime_config().elect(false);
             held.push(group.index());
-            let (served, group) = (Arc::clone(&served), Arc::clone(group));
-            tokio::spawn(async move {
-                served
-                    .votes
-                    .wait_and_release_elections(group.index(), group.raft())
-                    .await;
-            });
+            tokio::spawn(rejoin(
+                Arc::clone(group),
+                me,
+                Arc::clone(&transport),
+                Arc::clone(&served),
+            ));
         }
     }
     let preferred = |g: &RaftGroup| g.index() as usize % nodes.len() == rank;
@@ -466,6 +485,50 @@ async fn form_and_balance(
         if group.leader().is_none() {
             form(Arc::clone(group)).await;
         }
+    }
+}
+
+/// Gives a group this node lost its copy of its vote back (see
+/// [`VoteGuard`]): waits to hear from a leader, asks the leader and the
+/// other peers how long their logs are, and once this node has applied
+/// that much, lets it vote and stand for election again.
+async fn rejoin(
+    group: Arc<RaftGroup>,
+    me: NodeId,
+    transport: Arc<impl Transport>,
+    served: Arc<Served>,
+) {
+    let index = group.index();
+    let raft = group.raft();
+    let mut metrics = raft.metrics();
+    let caught_up_at = loop {
+        if metrics.has_changed().is_err() {
+            return; // the group shut down
+        }
+        let leader = metrics.borrow().current_leader.filter(|l| *l != me);
+        if let Some(leader) = leader {
+            if let Some(answer) = transport.probe(leader, index).await {
+                let others = transport.probe_peers(index).await;
+                break answer.last_log.max(others.last_log);
+            }
+            // Gone already: wait for the next leader.
+            tracing::debug!(group = index, leader, "the leader did not answer a probe");
+            tokio::time::sleep(PROBE_AGAIN).await;
+            continue;
+        }
+        if metrics.changed().await.is_err() {
+            return; // the group shut down
+        }
+    };
+    tracing::info!(
+        group = index,
+        caught_up_at,
+        "heard from the group's leader: votes again once it has applied this index"
+    );
+    served.votes.hold_until(index, caught_up_at);
+    if served.votes.released(index, raft).await {
+        tracing::info!(group = index, "caught up with the group: votes again");
+        raft.runtime_config().elect(true);
     }
 }
 
@@ -558,7 +621,15 @@ impl NodeEngine for ClusterNode {
     }
 
     fn status(&self) -> serde_json::Value {
-        let groups: Vec<GroupStatus> = self.groups.iter().map(|g| g.status()).collect();
+        let groups: Vec<GroupStatus> = self
+            .groups
+            .iter()
+            .map(|g| {
+                let mut status = g.status();
+                status.votes = !self.served.votes.refuses(g.index(), g.raft());
+                status
+            })
+            .collect();
         serde_json::json!({
             "mode": "cluster",
             "node_id": self.node_id,

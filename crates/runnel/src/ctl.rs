@@ -55,7 +55,7 @@ fn render(status: &serde_json::Value) -> String {
             out.push_str(&format!("  {id}  {}\n", addr.as_str().unwrap_or("?")));
         }
     }
-    out.push_str("\ngroup  leader  term  state      last-log  applied  follower lag\n");
+    out.push_str("\ngroup  leader  term  state      last-log  applied  votes  follower lag\n");
     for group in status["groups"].as_array().into_iter().flatten() {
         let lag: Vec<String> = group["follower_lag"]
             .as_array()
@@ -68,13 +68,19 @@ fn render(status: &serde_json::Value) -> String {
             .collect();
         let number = |v: &serde_json::Value| v.as_u64().map_or("-".into(), |n| n.to_string());
         out.push_str(&format!(
-            "{:<6} {:<7} {:<5} {:<10} {:<9} {:<8} {}\n",
+            "{:<6} {:<7} {:<5} {:<10} {:<9} {:<8} {:<6} {}\n",
             number(&group["group"]),
             number(&group["leader"]),
             number(&group["term"]),
             group["state"].as_str().unwrap_or("?"),
             number(&group["last_log_index"]),
             number(&group["last_applied_index"]),
+            // "no" while the node rejoins without its state and catches up.
+            match group["votes"].as_bool() {
+                Some(true) => "yes",
+                Some(false) => "no",
+                None => "?",
+            },
             if lag.is_empty() {
                 "-".into()
             } else {

@@ -327,6 +327,26 @@ async fn a_wiped_node_rejoins_by_snapshot_install() {
         "the wiped node installed and stored snapshots"
     );
     assert_holds(&cluster, &expected).await;
+    cluster.wait_until_every_node_votes().await;
+
+    // The whole cluster restarts, the wiped node first and alone: it must
+    // wait for a peer before it decides whether it may vote, then rejoin.
+    for n in 0..3 {
+        cluster.kill(n);
+    }
+    std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
+    cluster.restart(2).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let alone = cluster.status(2).await.expect("node 3 answers");
+    for group in alone["groups"].as_array().unwrap() {
+        assert_eq!(group["votes"], false, "alone and empty: {group}");
+    }
+    cluster.restart(0).await;
+    cluster.restart(1).await;
+    cluster.wait_for_leaders(Duration::from_secs(30)).await;
+    cluster.wait_for_convergence(Duration::from_secs(30)).await;
+    assert_holds(&cluster, &expected).await;
+    cluster.wait_until_every_node_votes().await;
 }
 
 /// Live reads through a follower are served by that follower from its

@@ -62,6 +62,9 @@ pub struct GroupStatus {
     /// On the leader: how many entries each follower is behind (`None`
     /// until it acknowledged one).
     pub follower_lag: Vec<(NodeId, Option<u64>)>,
+    /// Whether this node votes in the group: false while it rejoins
+    /// without its state and has not caught up (see `raft::vote_guard`).
+    pub votes: bool,
 }
 
 impl RaftGroup {
@@ -141,6 +144,8 @@ impl RaftGroup {
                     (*id, lag)
                 })
                 .collect(),
+            // The cluster node overrides this from its vote guard.
+            votes: true,
         }
     }
 

@@ -79,31 +79,38 @@ pub struct PeerGroup {
     pub initialized: bool,
     /// It knows a leader: the group is running, not being formed.
     pub led: bool,
-    /// The index of the last entry it applied (0 for none).
-    pub applied: u64,
+    /// The index of the last entry in its log (0 for none, or for only
+    /// the membership the cluster was formed with).
+    pub last_log: u64,
+    /// How many peers answered (1 from the answering peer itself).
+    pub answered: u32,
 }
 
 impl PeerGroup {
     pub(crate) async fn of(raft: &Raft) -> PeerGroup {
-        let (led, applied) = {
+        let (led, last_log) = {
             let metrics = raft.metrics();
             let metrics = metrics.borrow();
-            let applied = metrics.last_applied.map_or(0, |l| l.index);
-            (metrics.current_leader.is_some(), applied)
+            (
+                metrics.current_leader.is_some(),
+                metrics.last_log_index.unwrap_or(0),
+            )
         };
         PeerGroup {
             initialized: raft.is_initialized().await.unwrap_or(false),
             led,
-            applied,
+            last_log,
+            answered: 1,
         }
     }
 
-    /// What any of the answers says (and the most any applied).
+    /// What any of the answers says (and the longest log).
     pub(crate) fn any(self, other: PeerGroup) -> PeerGroup {
         PeerGroup {
             initialized: self.initialized || other.initialized,
             led: self.led || other.led,
-            applied: self.applied.max(other.applied),
+            last_log: self.last_log.max(other.last_log),
+            answered: self.answered + other.answered,
         }
     }
 }
@@ -192,8 +199,13 @@ impl PeerLink {
         let reply = self
             .call(KIND_PROBE, group, &[], Duration::from_secs(1))
             .await
+            .inspect_err(|reason| tracing::debug!(peer = %self.addr, %reason, "probe failed"))
             .ok()?;
-        bincode::deserialize(&reply).ok()
+        bincode::deserialize(&reply)
+            .inspect_err(
+                |e| tracing::warn!(peer = %self.addr, error = %e, "undecodable probe answer"),
+            )
+            .ok()
     }
 
     /// Asks this peer to play `role` in a handover of `group`.
@@ -312,6 +324,9 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// How the peers' copies of `group` stand, together.
     fn probe_peers(&self, group: u32) -> crate::BoxFuture<'_, PeerGroup>;
 
+    /// How `node`'s copy of `group` stands, if it answers.
+    fn probe(&self, node: NodeId, group: u32) -> crate::BoxFuture<'_, Option<PeerGroup>>;
+
     /// The read index of `group` from `leader` (see [`ReadIndex`]).
     fn read_index(
         &self,
@@ -428,6 +443,10 @@ impl Transport for TcpTransport {
             }
             all
         })
+    }
+
+    fn probe(&self, node: NodeId, group: u32) -> crate::BoxFuture<'_, Option<PeerGroup>> {
+        Box::pin(async move { self.links.get(&node)?.probe(group).await })
     }
 }
 

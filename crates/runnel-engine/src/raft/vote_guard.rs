@@ -14,13 +14,20 @@
 //!   candidate lacking the entry could win with its vote and overwrite it,
 //!   and an acknowledged write would be lost.
 //!
-//! Such a node (its copy of a group is empty while a peer's has a leader)
-//! therefore neither votes nor stands for election in that group until it
-//! has heard from a leader (so it knows the current term, and any later
-//! election is in a newer one) **and** has applied every entry the peers
-//! had applied when it asked them at start (so it holds every entry that
-//! could have been committed with its help). Until then vote requests are
-//! answered with an error, which the candidate counts as no vote. While
+//! A node with an empty copy of a group whose peers have had a leader
+//! (one knows a leader now, or a peer's log holds more than the
+//! membership the cluster was formed with) therefore neither votes nor
+//! stands for election in that group until it has heard from a leader (so
+//! it knows the current term, and any later election is in a newer one)
+//! **and** has applied every entry the leader's log held when the node
+//! first asked it, and every entry the other peers' logs held then. The
+//! leader's log holds every committed entry, so the node then holds every
+//! entry that could have been committed with its help. An empty node
+//! cannot tell a forming cluster from one it lost its disk in until a peer
+//! answers, so it decides only then (a whole cluster restarted with one
+//! disk wiped must not count that node as new). While a node holds its
+//! vote, vote requests are answered with an error, which the candidate
+//! counts as no vote. While
 //! the group's other nodes are down or cut off, the group waits rather
 //! than elect a leader that may lack acknowledged writes.
 
@@ -56,15 +63,15 @@ impl OwnCopy {
 }
 
 impl VoteGuard {
-    /// Every group starts held: whether this node may vote is known once
-    /// it has compared its groups with its peers' (see `release` and
-    /// `hold_until`).
+    /// Every group starts held, even once a leader is heard: whether this
+    /// node may vote is known once it has compared its groups with its
+    /// peers' (see `release` and `hold_until`).
     pub fn new(groups: usize) -> VoteGuard {
         VoteGuard {
             groups: (0..groups)
                 .map(|_| Hold {
                     holding: AtomicBool::new(true),
-                    caught_up_at: AtomicU64::new(0),
+                    caught_up_at: AtomicU64::new(u64::MAX),
                 })
                 .collect(),
         }
@@ -79,8 +86,8 @@ impl VoteGuard {
     }
 
     /// This node lost its copy of `group` and votes again once it has
-    /// heard from a leader and applied up to `applied` (the most any peer
-    /// had applied when this node asked).
+    /// heard from a leader and applied up to `applied` (`u64::MAX` until
+    /// the leader's log is known).
     pub fn hold_until(&self, group: u32, applied: u64) {
         if let Some(h) = self.groups.get(group as usize) {
             h.caught_up_at.store(applied, Ordering::Release);
@@ -109,19 +116,16 @@ impl VoteGuard {
         self.holds(group, OwnCopy::of(raft))
     }
 
-    /// Waits until this node stops holding its vote in `group`, then lets
-    /// `raft` stand for election again (the caller turned that off). A
-    /// held node is also no candidate: with a log that lacks committed
-    /// entries it could win the votes of nodes that lack them too.
-    pub async fn wait_and_release_elections(&self, group: u32, raft: &Raft) {
+    /// Waits until this node stops holding its vote in `group`; false if
+    /// the group shut down first.
+    pub async fn released(&self, group: u32, raft: &Raft) -> bool {
         let mut metrics = raft.metrics();
         while self.refuses(group, raft) {
             if metrics.changed().await.is_err() {
-                return; // the group shut down
+                return false;
             }
         }
-        tracing::info!(group, "caught up with the group's leader: votes again");
-        raft.runtime_config().elect(true);
+        true
     }
 }
 
@@ -160,10 +164,15 @@ mod tests {
     }
 
     #[test]
-    fn groups_start_held_and_unknown_groups_never_vote() {
+    fn groups_start_held_until_decided_and_unknown_groups_never_vote() {
         let guard = VoteGuard::new(1);
         assert!(guard.holds(0, own(false, 0)));
-        assert!(!guard.holds(0, own(true, 0)), "nothing to catch up with");
+        assert!(
+            guard.holds(0, own(true, 1_000_000)),
+            "a leader heard before the node compared its copy with its peers'"
+        );
+        guard.release(0);
+        assert!(!guard.holds(0, own(false, 0)));
         assert!(guard.holds(7, own(true, u64::MAX)));
     }
 }

@@ -12,15 +12,17 @@ pub struct Cluster {
     children: Vec<Option<Child>>,
 }
 
-/// Where node `i` logs: `$CLUSTER_TEST_LOG_DIR/n{i+1}.log` when set (with
+/// Where node `i` of the cluster with data in `dir` logs:
+/// `$CLUSTER_TEST_LOG_DIR/<dir's name>-n{i+1}.log` when set (with
 /// `CLUSTER_TEST_LOG` as the filter, to debug a run), else the test's
 /// stderr.
-fn node_log(i: usize) -> Stdio {
+fn node_log(dir: &Path, i: usize) -> Stdio {
+    let cluster = dir.file_name().unwrap_or_default().to_string_lossy();
     match std::env::var_os("CLUSTER_TEST_LOG_DIR") {
         Some(dir) => std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(Path::new(&dir).join(format!("n{}.log", i + 1)))
+            .open(Path::new(&dir).join(format!("{cluster}-n{}.log", i + 1)))
             .map(Stdio::from)
             .unwrap_or_else(|_| Stdio::inherit()),
         None => Stdio::inherit(),
@@ -50,7 +52,30 @@ impl Cluster {
             cluster.spawn(i);
         }
         cluster.wait_for_leaders(Duration::from_secs(30)).await;
+        // A node that came up after its peers elected a leader holds its
+        // vote until it has caught up; tests that kill a leader at once
+        // need every node a voter first.
+        cluster.wait_until_every_node_votes().await;
         cluster
+    }
+
+    /// Waits until every running node votes in every group (a node that
+    /// joined a running group empty gets its vote once it has caught up).
+    pub async fn wait_until_every_node_votes(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let mut all = true;
+            for n in self.running() {
+                let status = self.status(n).await;
+                let groups = status.as_ref().and_then(|s| s["groups"].as_array());
+                all &= groups.is_some_and(|groups| groups.iter().all(|g| g["votes"] == true));
+            }
+            if all {
+                return;
+            }
+            assert!(Instant::now() < deadline, "a node never got its vote");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     fn spawn(&mut self, i: usize) {
@@ -68,7 +93,7 @@ impl Cluster {
                 std::env::var("CLUSTER_TEST_LOG").unwrap_or("error,openraft=off".into()),
             )
             .stdout(Stdio::null())
-            .stderr(node_log(i))
+            .stderr(node_log(&self.dir, i))
             .spawn()
             .expect("runnel binary starts");
         self.children[i] = Some(child);

@@ -200,6 +200,13 @@ impl Transport for SimTransport {
         })
     }
 
+    fn probe(&self, node: NodeId, group: u32) -> BoxFuture<'_, Option<PeerGroup>> {
+        Box::pin(async move {
+            let raft = self.reach(node, group).ok()?;
+            Some(PeerGroup::of(&raft).await)
+        })
+    }
+
     fn probe_peers(&self, group: u32) -> BoxFuture<'_, PeerGroup> {
         Box::pin(async move {
             let peers: Vec<NodeId> = self.net.lock().nodes.keys().copied().collect();
