@@ -70,6 +70,9 @@ pub struct LogResult {
     /// runnel's log only: mean duration of one sync (`fdatasync`) during
     /// the run.
     pub mean_sync_ms: Option<f64>,
+    /// runnel's log only: the 99th percentile of one sync's duration
+    /// during the run (to 10 µs), the floor under the acknowledgements'.
+    pub sync_p99_ms: Option<f64>,
 }
 
 /// A write-ahead log under test: `append` returns once the record is
@@ -96,8 +99,8 @@ pub fn run(args: Args) -> Result<(), BenchError> {
     let writers = parse(&args.writers, "--writers")?;
     let sizes = parse(&args.record_bytes, "--record-bytes")?;
     let mut results = Vec::new();
-    println!("| engine | writers | record B | appends/s | MB/s | p50 ms | p99 ms | p99.9 ms | syncs/s | mean sync ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|");
+    println!("| engine | writers | record B | appends/s | MB/s | p50 ms | p99 ms | p99.9 ms | syncs/s | mean sync ms | sync p99 ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
     for engine_name in args.engines.split(',').map(str::trim) {
         for &size in &sizes {
             for &w in &writers {
@@ -135,7 +138,7 @@ pub fn run(args: Args) -> Result<(), BenchError> {
                     v.map_or("-".to_string(), |v| format!("{v:.digits$}"))
                 };
                 println!(
-                    "| {} | {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {} | {} |",
+                    "| {} | {} | {} | {:.0} | {:.1} | {:.3} | {:.3} | {:.3} | {} | {} | {} |",
                     r.engine,
                     r.writers,
                     r.record_bytes,
@@ -146,6 +149,7 @@ pub fn run(args: Args) -> Result<(), BenchError> {
                     r.p999_ms,
                     or_dash(r.syncs_per_sec, 0),
                     or_dash(r.mean_sync_ms, 3),
+                    or_dash(r.sync_p99_ms, 2),
                 );
                 results.push(r);
                 drop(engine);
@@ -306,11 +310,8 @@ fn summarize(
     syncs: Option<(SyncStats, SyncStats)>,
 ) -> LogResult {
     let elapsed = start.elapsed().as_secs_f64();
-    let synced = syncs.map(|(before, after)| {
-        let count = after.syncs - before.syncs;
-        let time = after.sync_time - before.sync_time;
-        (count, time)
-    });
+    let run_syncs = syncs.map(|(before, after)| after.since(&before));
+    let synced = run_syncs.as_ref().map(|s| (s.syncs, s.sync_time));
     let mut all = Latency::default();
     let mut total = 0;
     for (l, c) in latencies {
@@ -331,6 +332,9 @@ fn summarize(
         mean_sync_ms: synced
             .filter(|(count, _)| *count > 0)
             .map(|(count, time)| time.as_secs_f64() * 1e3 / count as f64),
+        sync_p99_ms: run_syncs
+            .and_then(|s| s.quantile(0.99))
+            .map(|d| d.as_secs_f64() * 1e3),
     }
 }
 

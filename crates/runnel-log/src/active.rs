@@ -89,9 +89,7 @@ impl ActiveSegment {
             self.file
                 .sync_data()
                 .map_err(|e| LogError::io("syncing records", e))?;
-            let took = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            shared.sync_nanos.fetch_add(took, Ordering::Relaxed);
-            shared.syncs.fetch_add(1, Ordering::Relaxed);
+            shared.syncs.record(started.elapsed());
         }
         self.len += bytes.len() as u64;
         let end = self.base + self.len;

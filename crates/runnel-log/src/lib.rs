@@ -16,6 +16,7 @@ mod active;
 mod frame;
 mod segment;
 mod spare;
+mod sync_stats;
 
 use active::ActiveSegment;
 use segment::Segment;
@@ -29,6 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use frame::HEADER_LEN;
+pub use sync_stats::SyncStats;
 
 /// When appends are made durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -180,18 +182,10 @@ struct Shared {
     durable: AtomicU64,
     listener: DurabilityListener,
     /// Syncs done since the log opened, and the time spent in them.
-    syncs: AtomicU64,
-    sync_nanos: AtomicU64,
+    syncs: sync_stats::SyncRecorder,
     /// Prepares the next segment ahead of time (absent with
     /// `manual_commit` or without `preallocate`).
     spare: Option<spare::Preparer>,
-}
-
-/// How often the log synced and how long the syncs took, since it opened.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SyncStats {
-    pub syncs: u64,
-    pub sync_time: Duration,
 }
 
 /// An open log. Dropping it stops the committer after it has written what
@@ -300,8 +294,7 @@ impl Log {
             wake_committer: Condvar::new(),
             segments: RwLock::new(segments),
             durable: AtomicU64::new(end),
-            syncs: AtomicU64::new(0),
-            sync_nanos: AtomicU64::new(0),
+            syncs: sync_stats::SyncRecorder::new(),
             spare,
             listener,
         });
@@ -379,10 +372,7 @@ impl Log {
 
     /// Syncs so far and the time they took.
     pub fn sync_stats(&self) -> SyncStats {
-        SyncStats {
-            syncs: self.shared.syncs.load(Ordering::Relaxed),
-            sync_time: Duration::from_nanos(self.shared.sync_nanos.load(Ordering::Relaxed)),
-        }
+        self.shared.syncs.snapshot()
     }
 
     /// Reads `buf.len()` bytes at a durable position. A read never spans
