@@ -37,7 +37,9 @@ pub struct ForkFrom {
     pub sub_offset: u64,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// `Default` is an empty stream of the default content type: no TTL,
+/// fork, compaction or retention.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct CreateStream {
     pub name: String,
     /// `None`: inherit from the fork source, or `application/octet-stream`.

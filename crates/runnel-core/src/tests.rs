@@ -78,14 +78,7 @@ pub(crate) fn create(name: &str, ct: &str) -> Command {
     Command::Create(CreateStream {
         name: name.into(),
         content_type: Some(ct.into()),
-        ttl_secs: None,
-        expires_at_ms: None,
-        closed: false,
-        fork: None,
-        body: Body::default(),
-        compaction: false,
-        retention: Retention::default(),
-        inherit: None,
+        ..Default::default()
     })
 }
 
@@ -100,19 +93,12 @@ pub(crate) fn create_with(name: &str, ct: &str, f: impl FnOnce(&mut CreateStream
 pub(crate) fn fork(name: &str, source: &str, offset: Option<u64>, sub_offset: u64) -> Command {
     Command::Create(CreateStream {
         name: name.into(),
-        content_type: None,
-        ttl_secs: None,
-        expires_at_ms: None,
-        closed: false,
         fork: Some(ForkFrom {
             source: source.into(),
             offset,
             sub_offset,
         }),
-        body: Body::default(),
-        compaction: false,
-        retention: Retention::default(),
-        inherit: None,
+        ..Default::default()
     })
 }
 

@@ -11,14 +11,7 @@ fn create(name: &str) -> Command {
     Command::Create(CreateStream {
         name: name.into(),
         content_type: Some("text/plain".into()),
-        ttl_secs: None,
-        expires_at_ms: None,
-        closed: false,
-        fork: None,
-        body: Body::default(),
-        compaction: false,
-        retention: Default::default(),
-        inherit: None,
+        ..Default::default()
     })
 }
 

@@ -41,9 +41,7 @@ use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
-use runnel_core::{
-    AppendToStream, Applied, Body, Command, CreateStream, Producer, ReadFrom, Retention,
-};
+use runnel_core::{AppendToStream, Applied, Body, Command, CreateStream, Producer, ReadFrom};
 
 use self::net::{SimNet, SimTransport};
 use crate::cluster::{ClusterConfig, ClusterNode};
@@ -154,14 +152,7 @@ fn create_text(name: &str) -> Command {
     Command::Create(CreateStream {
         name: name.to_string(),
         content_type: Some("text/plain".into()),
-        ttl_secs: None,
-        expires_at_ms: None,
-        closed: false,
-        fork: None,
-        body: Body::default(),
-        compaction: false,
-        retention: Retention::default(),
-        inherit: None,
+        ..Default::default()
     })
 }
 
