@@ -18,7 +18,8 @@
 //!    old leader steps down; the queued proposals are then refused with
 //!    "not leader" (503, clients retry and are forwarded to the new
 //!    leader). Whatever happens, everything is re-enabled after
-//!    [`HOLD_FOR`].
+//!    [`HOLD_FOR`], or at once if the preferred node refuses (it is still
+//!    catching up after losing its disk) or cannot be reached.
 //!
 //! A handover stalls the group's writes for about one election timeout;
 //! it happens only when a preferred node comes back.
@@ -123,12 +124,18 @@ async fn hand_over(
             tracing::debug!(group = index, node, %reason, "no hold for the handover");
         }
     }
-    if let Err(reason) = transport.handoff(to, index, CAMPAIGN).await {
-        tracing::warn!(group = index, to, %reason, "the preferred node did not take the handover");
-    }
-    let deadline = tokio::time::Instant::now() + HOLD_FOR;
-    while tokio::time::Instant::now() < deadline && group.leader() == Some(me) {
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    match transport.handoff(to, index, CAMPAIGN).await {
+        Ok(()) => {
+            let deadline = tokio::time::Instant::now() + HOLD_FOR;
+            while tokio::time::Instant::now() < deadline && group.leader() == Some(me) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+        // Refused (it has not caught up since losing its disk, see
+        // `vote_guard`) or unreachable: lead on at once.
+        Err(reason) => {
+            tracing::warn!(group = index, to, %reason, "the preferred node did not take the handover");
+        }
     }
     raft.runtime_config().heartbeat(true);
     raft.runtime_config().elect(true);
