@@ -318,6 +318,15 @@ impl ClusterNode {
         }))
     }
 
+    /// Whether this node votes in every group: false while it catches up
+    /// with a group it lost its copy of (see [`VoteGuard`]).
+    #[cfg(test)] // the simulation loses a disk only while every node votes
+    pub(crate) fn votes_in_every_group(&self) -> bool {
+        self.groups
+            .iter()
+            .all(|g| !self.served.votes.refuses(g.index(), g.raft()))
+    }
+
     pub fn node_id(&self) -> NodeId {
         self.node_id
     }

@@ -7,7 +7,8 @@
 //! committed.
 //!
 //! Each run drives idempotent producers through partitions, message loss
-//! and delay, and node crashes and restarts, records what was
+//! and delay, node crashes and restarts, and lost disks (a node restarts
+//! with an empty data directory), records what was
 //! acknowledged, then heals the cluster (leaders moved by failovers are
 //! handed back to their preferred nodes, under load) and checks the
 //! history:
@@ -414,6 +415,24 @@ async fn simulate(seed: u64) -> Vec<String> {
                     down.push((i, back));
                 }
             }
+            // A lost disk: the node restarts empty (see `vote_guard`).
+            // Another node may crash while it catches up, but no second
+            // disk is lost before it has: a majority of a group's copies
+            // would be gone, and the group would wait for ever for a
+            // leader its empty nodes may safely vote for.
+            85..=89
+                if down.is_empty()
+                    && cut.is_none()
+                    && sim.alive().iter().all(|n| n.votes_in_every_group()) =>
+            {
+                let i = rng.gen_range(0..NODES as usize);
+                sim.crash(i).await;
+                std::fs::remove_dir_all(sim.dir.path().join(format!("n{}", i + 1)))
+                    .expect("wipe the node's data directory");
+                sim.note(format!("{} wipe n{}", at(), i + 1));
+                let back = now + Duration::from_millis(rng.gen_range(100..2000));
+                down.push((i, back));
+            }
             55..=84 => {
                 let (drop, delay) = (rng.gen_range(0..80), rng.gen_range(1..25));
                 sim.net.set_faults(drop, delay);
@@ -560,8 +579,10 @@ fn sim_corpus_keeps_every_acknowledged_append() {
             .unwrap_or("0")
             .to_string();
         let faults = trace.len() - acked - 1;
+        let wipes = trace.iter().filter(|e| e.contains(" wipe ")).count();
         eprintln!(
-            "seed {seed}: {acked} acknowledged appends, {reads} checked reads, {faults} fault events"
+            "seed {seed}: {acked} acknowledged appends, {reads} checked reads, \
+             {faults} fault events ({wipes} lost disks)"
         );
         assert!(
             acked > 50,
