@@ -12,20 +12,12 @@
 #   bench/callgrind-append.sh [path/to/runnel]   # default target/dist/runnel
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 DURATION=${DURATION:-10}
 PORT=${PORT:-4596}
 bin=$(realpath "${1:-target/dist/runnel}")
 work=$(mktemp -d)
 trap 'pkill -f "callgrind.*127.0.0.1:$PORT" 2>/dev/null || true; rm -rf "$work"' EXIT
-
-wait_port() {
-  for _ in $(seq 300); do
-    (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return 0
-    sleep 0.2
-  done
-  echo "nothing listening on $PORT" >&2
-  return 1
-}
 
 # count NAME ARGS...: runs `$bin ARGS... --listen` under callgrind and
 # prints NAME, requests, instructions and instructions per request.
@@ -36,10 +28,8 @@ count() {
   valgrind --tool=callgrind --callgrind-out-file="$work/out/cg.%p" \
     "$bin" "$@" --listen "127.0.0.1:$PORT" > "$work/server.log" 2>&1 &
   local pid=$!
-  wait_port
-  for i in $(seq 0 49); do
-    curl -s -o /dev/null -X PUT -H 'content-type: text/plain' "http://127.0.0.1:$PORT/v1/stream/wrk-$i"
-  done
+  wait_port "$PORT"
+  create_wrk_streams "$PORT" 50
   STREAMS=50 wrk -t1 -c50 -d3s -s bench/wrk-append.lua "http://127.0.0.1:$PORT" > /dev/null
   callgrind_control -z "$pid" > /dev/null 2>&1
   local requests

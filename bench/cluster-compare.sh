@@ -10,6 +10,7 @@
 # (default bench/results/latest). Not part of CI.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 cd "$root"
 
 PEERS=${RUNNEL_PEERS_DIR:-/opt/runnel-peers}
@@ -34,13 +35,9 @@ stop_all() {
 }
 trap stop_all EXIT
 
-wait_port() {
-  for _ in $(seq 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listens on $1; see $data/*.log" >&2
-  exit 1
+# A node that does not come up ends the script (see its log).
+wait_node() {
+  wait_port "$1" || { echo "see $data/*.log" >&2; exit 1; }
 }
 
 # Node i (1-based) of a cluster listens on BASE + 10i (Runnel's Raft port
@@ -55,7 +52,7 @@ start_system() {
     runnel-1)
       "$RUNNEL" serve --listen "127.0.0.1:$(port 1)" --data-dir "$data/n1" >"$data/n1.log" 2>&1 &
       pids+=($!)
-      wait_port "$(port 1)"
+      wait_node "$(port 1)"
       targets="http://127.0.0.1:$(port 1)" ;;
     runnel-3)
       local peers="1=127.0.0.1:$(port 1),2=127.0.0.1:$(port 2),3=127.0.0.1:$(port 3)"
@@ -63,7 +60,7 @@ start_system() {
         "$RUNNEL" serve --node-id "$i" --peers "$peers" --data-dir "$data/n$i" >"$data/n$i.log" 2>&1 &
         pids+=($!)
       done
-      for i in 1 2 3; do wait_port "$(port "$i")"; done
+      for i in 1 2 3; do wait_node "$(port "$i")"; done
       # Wait until every group has its leader.
       for _ in $(seq 100); do
         "$RUNNEL" ctl status --target "http://127.0.0.1:$(port 1)" | awk 'NR>7 && $2=="-"{bad=1} END{exit bad}' && break
@@ -101,12 +98,12 @@ TOML
         "$PEERS/bin/ursula" server --config "$data/n$i.toml" --node-id "$i" >"$data/n$i.log" 2>&1 &
         pids+=($!)
       done
-      for i in 1 2 3; do wait_port "$(port "$i")"; done
+      for i in 1 2 3; do wait_node "$(port "$i")"; done
       "$PEERS/bin/ursula" gateway --listen "127.0.0.1:$(port 4)" \
         --upstream "http://127.0.0.1:$(port 1)" --upstream "http://127.0.0.1:$(port 2)" \
         --upstream "http://127.0.0.1:$(port 3)" >"$data/gateway.log" 2>&1 &
       pids+=($!)
-      wait_port "$(port 4)"
+      wait_node "$(port 4)"
       sleep 5 # leaders elected, gateway probes done
       targets="http://127.0.0.1:$(port 4)" ;;
     *) echo "unknown system $name" >&2; exit 2 ;;

@@ -11,6 +11,7 @@
 # bench/results/latest). Not part of CI: it takes many minutes.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/bench/lib.sh"
 cd "$root"
 
 PEERS=${RUNNEL_PEERS_DIR:-/opt/runnel-peers}
@@ -88,10 +89,7 @@ EOF
       "$PEERS/bin/ursula" server --config "$data.toml" --node-id 1 >"$data.log" 2>&1 & ;;
   esac
   server_pid=$!
-  for _ in $(seq 300); do
-    (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null && return 0
-    sleep 0.1
-  done
+  wait_port "$PORT" && return 0
   echo "$name did not start; see $data.log" >&2
   exit 1
 }

@@ -10,6 +10,7 @@
 #   bench/http-ceiling.sh            # ROUNDS=2 DURATION=10 by default
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. bench/lib.sh
 ROUNDS=${ROUNDS:-2}
 DURATION=${DURATION:-10}
 PORT=${PORT:-4597}
@@ -34,15 +35,6 @@ http {
 }
 EOF
 
-wait_port() {
-  for _ in $(seq 100); do
-    (exec 3<>/dev/tcp/127.0.0.1/$PORT) 2>/dev/null && return 0
-    sleep 0.1
-  done
-  echo "nothing listening on $PORT" >&2
-  return 1
-}
-
 run_wrk() {
   wrk -t2 -c500 -d"${DURATION}s" -s bench/wrk-append.lua "http://127.0.0.1:$PORT" |
     awk '/Requests\/sec/ {print $2} /Non-2xx/ {print "non-2xx " $4 > "/dev/stderr"}'
@@ -50,21 +42,19 @@ run_wrk() {
 
 for round in $(seq "$ROUNDS"); do
   nginx -c "$work/nginx.conf" -p "$work" -g 'daemon off;' &
-  pid=$!; wait_port
+  pid=$!; wait_port "$PORT"
   echo "round $round nginx-204 $(run_wrk)"
   kill $pid; wait $pid 2>/dev/null || true
 
   rm -rf "$work/db"
   $bin serve --listen 127.0.0.1:$PORT --data-dir "$work/db" > "$work/runnel.log" 2>&1 &
-  pid=$!; wait_port
-  for i in $(seq 0 499); do
-    curl -s -o /dev/null -X PUT -H 'content-type: text/plain' "http://127.0.0.1:$PORT/v1/stream/wrk-$i"
-  done
+  pid=$!; wait_port "$PORT"
+  create_wrk_streams "$PORT" 500
   echo "round $round runnel $(run_wrk)"
   kill $pid; wait $pid 2>/dev/null || true
 
   $bin bench baseline-server --listen 127.0.0.1:$PORT > /dev/null 2>&1 &
-  pid=$!; wait_port
+  pid=$!; wait_port "$PORT"
   echo "round $round baseline $(run_wrk)"
   kill $pid; wait $pid 2>/dev/null || true
 done
