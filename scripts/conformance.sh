@@ -3,7 +3,12 @@
 # conformance/package-lock.json) against a release build of runnel on
 # durable storage.
 #
-# Usage: scripts/conformance.sh [path/to/runnel] [--cluster]
+# Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [-- SERVE FLAGS...]
+#
+# Flags after `--` go to every `runnel serve` (e.g. tiering thresholds).
+# A cluster's nodes share one object store directory when the flags do
+# not name one (`--object-store` with `{data}` standing for the run's
+# scratch directory).
 #
 # With --cluster it starts a 3-node cluster on loopback with 3 Raft groups
 # (one led by each node) and runs the suite through node 3: requests for
@@ -13,11 +18,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/target/release/runnel
 cluster=0
-for arg in "$@"; do
-  case "$arg" in
+extra=()
+while [ $# -gt 0 ]; do
+  case "$1" in
     --cluster) cluster=1 ;;
-    *) bin=$arg ;;
+    --) shift; extra=("$@"); break ;;
+    *) bin=$1 ;;
   esac
+  shift
 done
 [ -x "$bin" ] || { echo "conformance: no runnel binary at $bin (cargo build --release)" >&2; exit 1; }
 
@@ -66,6 +74,9 @@ wait_healthy() {
 }
 
 common=(--long-poll-timeout-ms 500)
+for flag in "${extra[@]}"; do
+  common+=("${flag//\{data\}/$data}")
+done
 if [ "$cluster" = 0 ]; then
   port=$(free_port_pairs 1)
   "$bin" serve --listen "127.0.0.1:$port" --data-dir "$data/db" "${common[@]}" >"$data/server.log" 2>&1 &

@@ -16,10 +16,14 @@ use crate::state::StreamsState;
 use crate::stream::{
     media_type, Chunk, ContentKind, ForkBase, ProducerState, SnapshotRef, StreamState,
 };
+use crate::tier::{ColdChunk, Doomed, Placement};
+use std::sync::Arc;
 
 /// Version 2 added pins and copies of sources in other groups
-/// ([`crate::fork_copy`]); version 1 checkpoints still load.
-const CHECKPOINT_VERSION: u8 = 2;
+/// ([`crate::fork_copy`]); version 3 tiered chunks, snapshot placements
+/// and the queue of objects to delete ([`crate::tier`]). Versions 1 and 2
+/// still load.
+const CHECKPOINT_VERSION: u8 = 3;
 
 impl StreamsState {
     /// Encodes the whole state.
@@ -32,6 +36,15 @@ impl StreamsState {
         w.u64(ids.len() as u64);
         for id in ids {
             encode_stream(&mut w, &self.streams[&id]);
+        }
+        w.u64(self.doomed.next_seq);
+        w.u64(self.doomed.items.len() as u64);
+        for d in &self.doomed.items {
+            w.u64(d.seq);
+            w.u64(d.stream);
+            w.opt_u64(d.snapshot_offset);
+            d.object.write(&mut w);
+            w.i64(d.queued_ms);
         }
         w.finish()
     }
@@ -50,7 +63,21 @@ impl StreamsState {
             let s = decode_stream(&mut r, version)?;
             // A soft-deleted stream keeps its name until its last fork goes.
             state.names.insert(s.name.clone(), s.id);
+            state.hot_bytes += s.chunks.iter().map(|c| c.len).sum::<u64>();
+            state.cold_bytes += s.cold.iter().map(|c| c.len()).sum::<u64>();
             state.streams.insert(s.id, s);
+        }
+        if version >= 3 {
+            state.doomed.next_seq = r.u64()?;
+            for _ in 0..r.u64()? {
+                state.doomed.items.push_back(Doomed {
+                    seq: r.u64()?,
+                    stream: r.u64()?,
+                    snapshot_offset: r.opt_u64()?,
+                    object: Arc::new(ColdChunk::read(&mut r)?),
+                    queued_ms: r.i64()?,
+                });
+            }
         }
         r.expect_end()?;
         Ok(state)
@@ -67,11 +94,11 @@ impl StreamsState {
             for chunk in &mut s.chunks {
                 chunk.loc = relocate(chunk.loc);
             }
-            for snap in s.snapshots.values_mut() {
-                snap.loc = relocate(snap.loc);
-            }
-            if let Some(snap) = &mut s.server_snapshot {
-                snap.loc = relocate(snap.loc);
+            let snaps = s.snapshots.values_mut().chain(s.server_snapshot.as_mut());
+            for snap in snaps {
+                if let Placement::Log(loc) = &mut snap.placement {
+                    *loc = relocate(*loc);
+                }
             }
         }
     }
@@ -80,8 +107,11 @@ impl StreamsState {
         let mut ranges = Vec::new();
         for s in self.streams.values() {
             ranges.extend(s.chunks.iter().map(|c| (c.loc, c.len)));
-            ranges.extend(s.snapshots.values().map(|snap| (snap.loc, snap.len)));
-            ranges.extend(s.server_snapshot.iter().map(|snap| (snap.loc, snap.len)));
+            let snaps = s.snapshots.values().chain(s.server_snapshot.iter());
+            ranges.extend(snaps.filter_map(|snap| match snap.placement {
+                Placement::Log(loc) => Some((loc, snap.len)),
+                Placement::Object(_) => None,
+            }));
         }
         ranges
     }
@@ -113,6 +143,10 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
         w.u64(c.loc);
         w.i64(c.at_ms);
         w.u32_list(c.message_ends.as_deref().unwrap_or(&[]));
+    }
+    w.u64(s.cold.len() as u64);
+    for c in &s.cold {
+        c.write(w);
     }
     let mut producers: Vec<_> = s.producers.iter().collect();
     producers.sort_unstable_by(|a, b| a.0.cmp(b.0));
@@ -156,17 +190,36 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
 
 fn encode_snapshot(w: &mut Writer, snap: &SnapshotRef) {
     w.u64(snap.offset);
-    w.u64(snap.loc);
+    match &snap.placement {
+        Placement::Log(loc) => {
+            w.u8(0);
+            w.u64(*loc);
+        }
+        Placement::Object(object) => {
+            w.u8(1);
+            object.write(w);
+        }
+    }
     w.u64(snap.len);
     w.raw(&snap.digest);
     w.str(&snap.content_type);
     w.bool(snap.server_made);
 }
 
-fn decode_snapshot(r: &mut Reader<'_>) -> Result<SnapshotRef, CodecError> {
+fn decode_snapshot(r: &mut Reader<'_>, version: u8) -> Result<SnapshotRef, CodecError> {
+    let offset = r.u64()?;
+    let placement = if version < 3 {
+        Placement::Log(r.u64()?)
+    } else {
+        match r.u8()? {
+            0 => Placement::Log(r.u64()?),
+            1 => Placement::Object(Arc::new(ColdChunk::read(r)?)),
+            other => return Err(CodecError::BadFlag(other)),
+        }
+    };
     Ok(SnapshotRef {
-        offset: r.u64()?,
-        loc: r.u64()?,
+        offset,
+        placement,
         len: r.u64()?,
         digest: r.array::<32>()?,
         content_type: r.string()?,
@@ -206,6 +259,12 @@ fn decode_stream(r: &mut Reader<'_>, version: u8) -> Result<StreamState, CodecEr
             at_ms,
         });
     }
+    let mut cold = Vec::new();
+    if version >= 3 {
+        for _ in 0..r.u64()? {
+            cold.push(Arc::new(ColdChunk::read(r)?));
+        }
+    }
     let producer_count = r.u64()?;
     let mut producers = HashMap::new();
     for _ in 0..producer_count {
@@ -225,11 +284,11 @@ fn decode_stream(r: &mut Reader<'_>, version: u8) -> Result<StreamState, CodecEr
     let snapshot_count = r.u64()?;
     let mut snapshots = BTreeMap::new();
     for _ in 0..snapshot_count {
-        let snap = decode_snapshot(r)?;
+        let snap = decode_snapshot(r, version)?;
         snapshots.insert(snap.offset, snap);
     }
     let server_snapshot = if r.bool()? {
-        Some(decode_snapshot(r)?)
+        Some(decode_snapshot(r, version)?)
     } else {
         None
     };
@@ -265,6 +324,7 @@ fn decode_stream(r: &mut Reader<'_>, version: u8) -> Result<StreamState, CodecEr
         tail,
         base,
         fork_spec,
+        cold,
         chunks,
         producers,
         last_stream_seq,

@@ -4,6 +4,7 @@
 
 use crate::codec::{CodecError, Reader, Writer};
 use crate::fork_copy::{ForkMaterial, Inherited};
+use crate::tier::ColdChunk;
 
 /// Internal identity of one incarnation of a stream. Never reused, so a
 /// command naming a stream id cannot hit a later stream of the same name.
@@ -127,6 +128,28 @@ pub enum Command {
         name: String,
         token: String,
     },
+    /// Reference an uploaded chunk object in place of the stream's first
+    /// hot appends (see [`crate::tier`]). `term`: the term the uploader
+    /// led the group in.
+    Tier {
+        stream: StreamId,
+        term: u64,
+        chunk: ColdChunk,
+    },
+    /// Point a snapshot stored in the log at `from_loc` to its uploaded
+    /// object instead.
+    TierSnapshot {
+        stream: StreamId,
+        term: u64,
+        offset: u64,
+        server_made: bool,
+        from_loc: u64,
+        object: ColdChunk,
+    },
+    /// The queued object deletions up to this sequence number are done.
+    ObjectsDeleted {
+        up_to: u64,
+    },
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -169,7 +192,10 @@ impl Command {
             | Command::Trim { name, .. }
             | Command::Pin { name, .. }
             | Command::Unpin { name, .. } => (Some(name.as_str()), None),
-            Command::Expire { .. } => (None, None),
+            Command::Expire { .. }
+            | Command::Tier { .. }
+            | Command::TierSnapshot { .. }
+            | Command::ObjectsDeleted { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -228,6 +254,9 @@ const TAG_PIN: u8 = 8;
 const TAG_UNPIN: u8 = 9;
 /// A create with an [`Inherited`] copy (a fork across groups).
 const TAG_CREATE_INHERITED: u8 = 10;
+const TAG_TIER: u8 = 11;
+const TAG_TIER_SNAPSHOT: u8 = 12;
+const TAG_OBJECTS_DELETED: u8 = 13;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -332,6 +361,36 @@ impl Entry {
                 w.u8(TAG_UNPIN);
                 w.str(name);
                 w.str(token);
+            }
+            Command::Tier {
+                stream,
+                term,
+                chunk,
+            } => {
+                w.u8(TAG_TIER);
+                w.u64(*stream);
+                w.u64(*term);
+                chunk.write(&mut w);
+            }
+            Command::TierSnapshot {
+                stream,
+                term,
+                offset,
+                server_made,
+                from_loc,
+                object,
+            } => {
+                w.u8(TAG_TIER_SNAPSHOT);
+                w.u64(*stream);
+                w.u64(*term);
+                w.u64(*offset);
+                w.bool(*server_made);
+                w.u64(*from_loc);
+                object.write(&mut w);
+            }
+            Command::ObjectsDeleted { up_to } => {
+                w.u8(TAG_OBJECTS_DELETED);
+                w.u64(*up_to);
             }
         }
         w.raw(data);
@@ -467,6 +526,20 @@ impl Entry {
                 name: r.string()?,
                 token: r.string()?,
             },
+            TAG_TIER => Command::Tier {
+                stream: r.u64()?,
+                term: r.u64()?,
+                chunk: ColdChunk::read(&mut r)?,
+            },
+            TAG_TIER_SNAPSHOT => Command::TierSnapshot {
+                stream: r.u64()?,
+                term: r.u64()?,
+                offset: r.u64()?,
+                server_made: r.bool()?,
+                from_loc: r.u64()?,
+                object: ColdChunk::read(&mut r)?,
+            },
+            TAG_OBJECTS_DELETED => Command::ObjectsDeleted { up_to: r.u64()? },
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {
@@ -562,7 +635,45 @@ mod tests {
                     before: 4,
                 },
             },
+            Entry {
+                now_ms: 10,
+                command: Command::Tier {
+                    stream: 3,
+                    term: 5,
+                    chunk: sample_chunk(),
+                },
+            },
+            Entry {
+                now_ms: 11,
+                command: Command::TierSnapshot {
+                    stream: 3,
+                    term: 5,
+                    offset: 12,
+                    server_made: true,
+                    from_loc: 77,
+                    object: sample_chunk(),
+                },
+            },
+            Entry {
+                now_ms: 12,
+                command: Command::ObjectsDeleted { up_to: 41 },
+            },
         ]
+    }
+
+    fn sample_chunk() -> ColdChunk {
+        ColdChunk {
+            start: 10,
+            end: 20,
+            size: 99,
+            footer_pos: 70,
+            block_size: 1 << 20,
+            oldest_at_ms: -3,
+            newest_at_ms: 4,
+            term: 5,
+            node: 2,
+            nonce: u64::MAX,
+        }
     }
 
     #[test]

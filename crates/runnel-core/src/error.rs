@@ -53,4 +53,11 @@ pub enum CoreError {
     SnapshotOffsetInvalid,
     #[error("trim offset must be a message boundary no later than the tail")]
     TrimOffsetInvalid,
+    #[error("Stream-Fork-Sub-Offset into tiered history must be resolved by the engine")]
+    SubOffsetInTieredHistory,
+    /// A tiering command that no longer fits the stream (another upload
+    /// or a trim got there first, or leadership moved): its object is
+    /// not referenced.
+    #[error("tiering refused: {reason}")]
+    TierRefused { reason: String },
 }

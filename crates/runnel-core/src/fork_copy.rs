@@ -25,8 +25,11 @@
 use crate::codec::{CodecError, Reader, Writer};
 use crate::command::StreamId;
 use crate::error::CoreError;
+use std::sync::Arc;
+
 use crate::state::{Applied, Slice, StreamsState};
 use crate::stream::Chunk;
+use crate::tier::ColdChunk;
 
 /// One append of the source as the fork inherits it (clipped at the fork
 /// point).
@@ -204,43 +207,56 @@ impl StreamsState {
         }
     }
 
-    /// What a fork of `name` at `point` (from [`Applied::Pinned`]) copies,
-    /// and where the copied bytes lie in the log, in chunk order.
+    /// What a fork of `name` at `point` (from [`Applied::Pinned`]) copies:
+    /// the source's metadata (with no chunks yet) and the pieces its
+    /// bytes come from, in order. The engine turns log pieces into their
+    /// chunk and bytes, and tiered ones into the appends the object's
+    /// footer lists.
     pub fn fork_material(
         &self,
         name: &str,
         point: u64,
-    ) -> Result<(ForkMaterial, Vec<Slice>), CoreError> {
+    ) -> Result<(ForkMaterial, Vec<MaterialPiece>), CoreError> {
         let id: StreamId = *self.names.get(name).ok_or(CoreError::ForkSourceNotFound)?;
         let source = &self.streams[&id];
-        let mut chunks = Vec::new();
-        let mut slices = Vec::new();
+        let mut pieces = Vec::new();
         let mut pos = source.earliest.min(point);
         while pos < point {
-            let (chunk, end) = self
-                .stored_chunk_at(id, pos)
-                .ok_or(CoreError::ForkOffsetBeyondTail)?;
-            let end = end.min(point);
-            let len = end - chunk.start;
-            let ends: Vec<u32> = chunk
-                .message_ends
-                .as_deref()
-                .unwrap_or(&[])
-                .iter()
-                .copied()
-                .filter(|e| u64::from(*e) <= len)
-                .collect();
-            chunks.push(InheritedChunk {
-                start: chunk.start,
-                len,
-                message_ends: if ends.len() > 1 { ends } else { Vec::new() },
-                at_ms: chunk.at_ms,
-            });
-            slices.push(Slice {
-                loc: chunk.loc,
-                len,
-            });
-            pos = end;
+            match self.stored_at(id, pos) {
+                Some((Stored::Log(chunk), end)) => {
+                    let end = end.min(point);
+                    let len = end - chunk.start;
+                    let ends: Vec<u32> = chunk
+                        .message_ends
+                        .as_deref()
+                        .unwrap_or(&[])
+                        .iter()
+                        .copied()
+                        .filter(|e| u64::from(*e) <= len)
+                        .collect();
+                    pieces.push(MaterialPiece::Log {
+                        chunk: InheritedChunk {
+                            start: chunk.start,
+                            len,
+                            message_ends: if ends.len() > 1 { ends } else { Vec::new() },
+                            at_ms: chunk.at_ms,
+                        },
+                        loc: chunk.loc,
+                    });
+                    pos = end;
+                }
+                Some((Stored::Object(owner, chunk), end)) => {
+                    let end = end.min(point);
+                    pieces.push(MaterialPiece::Object(Slice::Object {
+                        stream: owner,
+                        chunk: Arc::clone(chunk),
+                        from: pos,
+                        to: end,
+                    }));
+                    pos = end;
+                }
+                None => return Err(CoreError::ForkOffsetBeyondTail),
+            }
         }
         Ok((
             ForkMaterial {
@@ -249,26 +265,83 @@ impl StreamsState {
                 expires_at_ms: source.expires_at_ms,
                 earliest: source.earliest.min(point),
                 point,
-                chunks,
+                chunks: Vec::new(),
             },
-            slices,
+            pieces,
         ))
     }
 
-    /// The stored chunk holding `pos` in stream `id`'s view, through its
-    /// fork chain, and where that view of it ends.
-    fn stored_chunk_at(&self, id: StreamId, pos: u64) -> Option<(&Chunk, u64)> {
+    /// Where the byte at `pos` of stream `id`'s view is stored, through
+    /// its fork chain, and where that view of its chunk ends.
+    fn stored_at(&self, id: StreamId, pos: u64) -> Option<(Stored<'_>, u64)> {
         let mut s = self.streams.get(&id)?;
         let mut limit = s.tail;
         loop {
             if pos >= s.own_start() {
+                if let Some(i) = s.cold_index(pos) {
+                    let chunk = &s.cold[i];
+                    let end = chunk.end.min(limit);
+                    return (pos < end).then_some((Stored::Object(s.id, chunk), end));
+                }
                 let chunk = &s.chunks[s.own_chunk_index(pos)?];
                 let end = chunk.end().min(limit);
-                return (pos < end).then_some((chunk, end));
+                return (pos < end).then_some((Stored::Log(chunk), end));
             }
             let base = s.base.as_ref()?;
             limit = limit.min(base.point);
             s = self.streams.get(&base.source)?;
         }
     }
+}
+
+/// The appends of the tiered range `from..to` of a chunk starting at
+/// `chunk_start`, as a fork inherits them: the object's footer gives the
+/// append and message ends (relative to `chunk_start`), the chunk its
+/// newest append time. The last append is clipped at `to`.
+pub fn inherited_from_object(
+    chunk_start: u64,
+    from: u64,
+    to: u64,
+    append_ends: &[u32],
+    message_ends: &[u32],
+    at_ms: i64,
+) -> Vec<InheritedChunk> {
+    let abs = |e: &u32| chunk_start + u64::from(*e);
+    let mut chunks = Vec::new();
+    let mut start = from;
+    for end in append_ends.iter().map(abs).filter(|e| *e > from) {
+        let end = end.min(to);
+        let ends: Vec<u32> = message_ends
+            .iter()
+            .map(abs)
+            .filter(|e| *e > start && *e <= end)
+            .map(|e| (e - start) as u32)
+            .collect();
+        chunks.push(InheritedChunk {
+            start,
+            len: end - start,
+            message_ends: if ends.len() > 1 { ends } else { Vec::new() },
+            at_ms,
+        });
+        start = end;
+        if start >= to {
+            break;
+        }
+    }
+    chunks
+}
+
+/// Where a byte of a stream is stored.
+enum Stored<'a> {
+    Log(&'a Chunk),
+    Object(StreamId, &'a Arc<ColdChunk>),
+}
+
+/// Where part of a fork's copy of its source comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MaterialPiece {
+    /// One append, whole or clipped at the fork point, in the log at `loc`.
+    Log { chunk: InheritedChunk, loc: u64 },
+    /// A range of a tiered chunk, as a [`Slice::Object`].
+    Object(Slice),
 }

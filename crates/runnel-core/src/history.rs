@@ -8,6 +8,7 @@ use crate::offset::Offset;
 use crate::read::ReadPlan;
 use crate::state::{Applied, StreamsState};
 use crate::stream::{SnapshotRef, StreamState};
+use crate::tier::Placement;
 
 /// The answer to a bootstrap, before its bytes are fetched.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,7 +44,7 @@ impl StreamsState {
         let s = self.streams.get_mut(&id).expect("live stream");
         let snapshot = SnapshotRef {
             offset: p.offset,
-            loc,
+            placement: Placement::Log(loc),
             len: data_len,
             digest: p.digest,
             content_type: p.content_type.clone(),
@@ -56,7 +57,9 @@ impl StreamsState {
                 .as_ref()
                 .is_none_or(|old| old.offset < p.offset)
             {
-                s.server_snapshot = Some(snapshot);
+                if let Some(old) = s.server_snapshot.replace(snapshot) {
+                    self.doom_snapshot(id, old.offset, &old.placement);
+                }
             }
             return Ok(Applied::SnapshotStored {
                 offset: Offset(p.offset),
@@ -86,9 +89,11 @@ impl StreamsState {
     ) -> Result<Applied, CoreError> {
         let id = self.live_id(name)?;
         let s = self.streams.get_mut(&id).expect("live stream");
-        s.snapshots
+        let removed = s
+            .snapshots
             .remove(&offset)
             .ok_or(CoreError::SnapshotNotFound)?;
+        self.doom_snapshot(id, offset, &removed.placement);
         Ok(Applied::SnapshotDeleted)
     }
 
@@ -103,16 +108,38 @@ impl StreamsState {
         let s = self.streams.get_mut(&id).expect("live stream");
         if before > s.earliest {
             s.earliest = before;
-            s.snapshots.retain(|offset, _| *offset >= before);
+            let mut dropped = Vec::new();
+            let old_snapshots = s.snapshots.split_off(&before);
+            dropped.extend(
+                std::mem::replace(&mut s.snapshots, old_snapshots)
+                    .into_values()
+                    .map(|snap| (Some(snap.offset), snap.placement)),
+            );
             if s.server_snapshot
                 .as_ref()
                 .is_some_and(|snap| snap.offset < before)
             {
-                s.server_snapshot = None;
+                let snap = s.server_snapshot.take().expect("checked");
+                dropped.push((Some(snap.offset), snap.placement));
             }
+            let (mut hot_freed, mut cold_freed) = (0, 0);
             if s.fork_refs == 0 {
                 let dead = s.chunks.partition_point(|c| c.end() <= before);
-                s.chunks.drain(..dead);
+                hot_freed = s.chunks.drain(..dead).map(|c| c.len).sum::<u64>();
+                let dead = s.cold.partition_point(|c| c.end <= before);
+                for chunk in s.cold.drain(..dead) {
+                    cold_freed += chunk.len();
+                    dropped.push((None, Placement::Object(chunk)));
+                }
+            }
+            self.hot_bytes -= hot_freed;
+            self.cold_bytes -= cold_freed;
+            for (offset, placement) in dropped {
+                match (offset, placement) {
+                    (Some(offset), placement) => self.doom_snapshot(id, offset, &placement),
+                    (None, Placement::Object(chunk)) => self.doom(id, None, chunk),
+                    (None, Placement::Log(_)) => {}
+                }
             }
             self.changed.push(id);
         }
@@ -132,26 +159,42 @@ impl StreamsState {
             {
                 continue;
             }
-            let own = &s.chunks;
-            let first_kept = own.partition_point(|c| {
-                let too_old = s.retention.max_age_secs.is_some_and(|age| {
-                    c.at_ms
-                        < now_ms.saturating_sub(
-                            i64::try_from(age)
-                                .unwrap_or(i64::MAX / 1000)
-                                .saturating_mul(1000),
-                        )
-                });
-                let too_far = s
-                    .retention
-                    .max_bytes
-                    .is_some_and(|max| s.tail - c.start > max);
-                too_old || too_far
+            let cutoff = s.retention.max_age_secs.map(|age| {
+                now_ms.saturating_sub(
+                    i64::try_from(age)
+                        .unwrap_or(i64::MAX / 1000)
+                        .saturating_mul(1000),
+                )
             });
-            if first_kept == 0 {
-                continue;
-            }
-            let point = own.get(first_kept).map_or(s.tail, |c| c.start);
+            let too_far = |start: u64| {
+                s.retention
+                    .max_bytes
+                    .is_some_and(|max| s.tail - start > max)
+            };
+            // Tiered history goes a whole chunk at a time, and only once
+            // all of it is past a limit: a stream keeps up to one chunk
+            // more than its byte limit rather than lose bytes within it.
+            let cold_dead = s.cold.partition_point(|c| {
+                cutoff.is_some_and(|cut| c.newest_at_ms < cut)
+                    || s.retention
+                        .max_bytes
+                        .is_some_and(|max| s.tail - c.end >= max)
+            });
+            let point = if let Some(kept) = s.cold.get(cold_dead) {
+                if cold_dead == 0 {
+                    continue;
+                }
+                kept.start
+            } else {
+                let own = &s.chunks;
+                let first_kept = own.partition_point(|c| {
+                    cutoff.is_some_and(|cut| c.at_ms < cut) || too_far(c.start)
+                });
+                if cold_dead == 0 && first_kept == 0 {
+                    continue;
+                }
+                own.get(first_kept).map_or(s.tail, |c| c.start)
+            };
             if point > s.earliest {
                 trims.push((s.name.clone(), point));
             }
@@ -212,7 +255,7 @@ impl StreamsState {
                     .map_or(s.earliest, |snap| snap.offset);
                 let pending = s.tail - from;
                 let snapshot_len = s.server_snapshot.as_ref().map_or(0, |snap| snap.len);
-                let last_append = s.chunks.last().map_or(s.created_at_ms, |c| c.at_ms);
+                let last_append = s.last_append_ms().unwrap_or(s.created_at_ms);
                 let due = pending >= min_bytes.max(snapshot_len)
                     || (pending > 0 && now_ms - last_append >= idle_ms);
                 due.then(|| CompactionWork {

@@ -4,7 +4,8 @@
 //! ([`command`]), their validation and effects ([`state`]), offsets
 //! ([`offset`]), JSON message framing ([`json`]), read planning
 //! ([`read`]), snapshots, trimming and retention ([`history`]) and the
-//! State Protocol fold the compactor uses ([`state_protocol`]). It does
+//! State Protocol fold the compactor uses ([`state_protocol`]), and tiered
+//! history ([`tier`]). It does
 //! no IO, reads no clock (time arrives inside each [`command::Entry`]) and
 //! spawns nothing, so every rule can be tested
 //! exhaustively and every replica that applies the same entries reaches
@@ -22,6 +23,7 @@ pub mod read;
 pub mod state;
 pub mod state_protocol;
 pub mod stream;
+pub mod tier;
 
 pub use codec::CodecError;
 pub use command::{
@@ -29,16 +31,24 @@ pub use command::{
     StreamId,
 };
 pub use error::CoreError;
-pub use fork_copy::{ForkMaterial, Inherited, InheritedChunk, RemotePin};
+pub use fork_copy::{ForkMaterial, Inherited, InheritedChunk, MaterialPiece, RemotePin};
 pub use history::{BootstrapPlan, CompactionWork};
 pub use offset::{Offset, ReadFrom};
 pub use read::ReadPlan;
 pub use state::{Applied, Slice, StreamInfo, StreamsState};
 pub use stream::{ContentKind, SnapshotRef, StreamState};
+pub use tier::{
+    ColdChunk, Doomed, HotPiece, Placement, SnapshotWork, TierPolicy, TierTotals, TierWork,
+    TieredView,
+};
 
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
 mod tests_fork_copy;
 #[cfg(test)]
+mod tests_harness;
+#[cfg(test)]
 mod tests_history;
+#[cfg(test)]
+mod tests_tier;

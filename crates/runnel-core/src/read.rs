@@ -2,6 +2,8 @@
 //! the response says about the stream (next offset, up to date, closed).
 //! Planning is pure; the engine copies the slices out of its log.
 
+use std::sync::Arc;
+
 use crate::command::StreamId;
 use crate::error::CoreError;
 use crate::offset::{Offset, ReadFrom};
@@ -16,13 +18,35 @@ pub struct ReadPlan {
     pub start: Offset,
     /// Where the next read continues.
     pub next: Offset,
-    /// Log slices, in stream order, whose bytes make up the body.
+    /// Slices, in stream order, whose bytes make up the body.
     pub slices: Vec<Slice>,
+    /// The byte budget the plan was made for. A JSON read whose last
+    /// slice is a tiered one going past it is ended by the engine on the
+    /// last message boundary within it (or after one message), which
+    /// moves `next` back.
+    pub budget: u64,
 }
 
 impl ReadPlan {
     pub fn byte_len(&self) -> u64 {
-        self.slices.iter().map(|s| s.len).sum()
+        self.slices.iter().map(Slice::len).sum()
+    }
+
+    /// Ends the read at stream position `end` (inside its last slice, a
+    /// tiered one): the engine found a message boundary there.
+    pub fn end_at(&mut self, end: u64) {
+        if let Some(Slice::Object { from, to, .. }) = self.slices.last_mut() {
+            debug_assert!(*from < end && end <= *to, "the end lies in the last slice");
+            *to = end;
+        }
+        self.next = Offset(end);
+    }
+
+    /// Whether the read starts strictly inside a tiered chunk of a JSON
+    /// stream, where only the object's footer knows the boundaries.
+    pub fn starts_inside_tiered_json(&self) -> bool {
+        self.info.kind == crate::ContentKind::Json
+            && matches!(self.slices.first(), Some(Slice::Object { chunk, from, .. }) if *from != chunk.start)
     }
 
     /// The read reached the tail: nothing more exists right now.
@@ -94,12 +118,14 @@ impl StreamsState {
         if !self.is_boundary(s.id, start) {
             return Err(CoreError::OffsetNotOnBoundary);
         }
-        let (slices, next) = self.collect(s, start, max_bytes.max(1));
+        let budget = max_bytes.max(1);
+        let (slices, next) = self.collect(s, start, budget);
         Ok(ReadPlan {
             info: StreamInfo::of(s),
             start: Offset(start),
             next: Offset(next),
             slices,
+            budget,
         })
     }
 
@@ -128,10 +154,36 @@ impl StreamsState {
         let json = top.is_json();
         let mut slices = Vec::new();
         let (mut taken, mut next) = (0u64, from);
-        for (stream, lo, hi) in ranges {
-            let Some(first) = stream.own_chunk_index(lo) else {
-                continue;
-            };
+        'streams: for (stream, lo, hi) in ranges {
+            // Tiered chunks come before hot ones.
+            let first_cold = stream.cold.partition_point(|c| c.end <= lo);
+            for chunk in &stream.cold[first_cold..] {
+                if chunk.start >= hi {
+                    break;
+                }
+                if taken >= budget {
+                    break 'streams;
+                }
+                let slice_lo = lo.max(chunk.start);
+                let mut slice_hi = hi.min(chunk.end);
+                if !json {
+                    slice_hi = slice_hi.min(slice_lo.saturating_add(budget - taken));
+                }
+                slices.push(Slice::Object {
+                    stream: stream.id,
+                    chunk: Arc::clone(chunk),
+                    from: slice_lo,
+                    to: slice_hi,
+                });
+                taken += slice_hi - slice_lo;
+                next = slice_hi;
+                if taken > budget {
+                    // A JSON slice past the budget: the engine ends it on
+                    // a message boundary; nothing may follow it.
+                    break 'streams;
+                }
+            }
+            let first = stream.chunks.partition_point(|c| c.end() <= lo);
             for chunk in &stream.chunks[first..] {
                 if chunk.start >= hi || taken >= budget {
                     break;
@@ -141,7 +193,7 @@ impl StreamsState {
                 if !json {
                     slice_hi = slice_hi.min(slice_lo.saturating_add(budget - taken));
                 }
-                slices.push(Slice {
+                slices.push(Slice::Log {
                     loc: chunk.loc + (slice_lo - chunk.start),
                     len: slice_hi - slice_lo,
                 });

@@ -8,6 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
 
 use crate::command::{AppendToStream, Command, CreateStream, Entry, ForkFrom, StreamId};
 use crate::error::CoreError;
@@ -16,6 +17,7 @@ use crate::offset::{Offset, MAX_POSITION};
 use crate::stream::{
     media_type, same_media_type, Chunk, ContentKind, ForkBase, ProducerState, StreamState,
 };
+use crate::tier::{ColdChunk, DoomedQueue, Fence};
 
 /// What a successful command did, with what the response needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -60,6 +62,13 @@ pub enum Applied {
     Trimmed {
         earliest: Offset,
     },
+    /// Bytes moved to the object store (a chunk or a snapshot).
+    Tiered {
+        bytes: u64,
+    },
+    ObjectsDeleted {
+        count: usize,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -88,11 +97,32 @@ impl StreamInfo {
     }
 }
 
-/// A contiguous run of a chunk as the engine must copy it out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slice {
-    pub loc: u64,
-    pub len: u64,
+/// A contiguous run of a stream's bytes as the engine must fetch it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Slice {
+    /// `len` bytes at `loc` in this node's log.
+    Log { loc: u64, len: u64 },
+    /// Stream positions `from..to` of a chunk object of stream `stream`
+    /// (a fork reads its source's objects).
+    Object {
+        stream: StreamId,
+        chunk: Arc<ColdChunk>,
+        from: u64,
+        to: u64,
+    },
+}
+
+impl Slice {
+    pub fn len(&self) -> u64 {
+        match self {
+            Slice::Log { len, .. } => *len,
+            Slice::Object { from, to, .. } => to - from,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// The chunk containing a position, as seen through a fork chain: its end
@@ -102,6 +132,8 @@ pub(crate) struct ChunkView<'a> {
     pub end: u64,
     pub message_ends: Option<&'a [u32]>,
     pub json: bool,
+    /// A cold chunk: its boundaries are in the object, not in memory.
+    pub tiered: bool,
 }
 
 impl ChunkView<'_> {
@@ -129,6 +161,13 @@ pub struct StreamsState {
     /// Pins on other groups' streams released while applying the current
     /// entry (see [`crate::fork_copy`]).
     pub(crate) released: Vec<RemotePin>,
+    /// Bytes of all streams' hot chunks (in the log only) and cold ones.
+    pub(crate) hot_bytes: u64,
+    pub(crate) cold_bytes: u64,
+    /// Objects whose references were dropped, to delete.
+    pub(crate) doomed: DoomedQueue,
+    /// The time of the entry being applied.
+    pub(crate) now_ms: i64,
 }
 
 impl StreamsState {
@@ -144,7 +183,20 @@ impl StreamsState {
         data_len: u64,
         data_loc: u64,
     ) -> Result<Applied, CoreError> {
+        self.apply_in_term(entry, data_len, data_loc, 0)
+    }
+
+    /// [`StreamsState::apply`] for an entry logged in Raft term `term`
+    /// (the local engine's is 0): tiering commands are fenced to it.
+    pub fn apply_in_term(
+        &mut self,
+        entry: &Entry,
+        data_len: u64,
+        data_loc: u64,
+        term: u64,
+    ) -> Result<Applied, CoreError> {
         let now = entry.now_ms;
+        self.now_ms = now;
         match &entry.command {
             Command::Create(c) => self.create(c, now, data_len, data_loc),
             Command::Append(a) => self.append(a, now, data_len, data_loc),
@@ -160,6 +212,32 @@ impl StreamsState {
                 sub_offset,
             } => self.pin(name, token, *offset, *sub_offset),
             Command::Unpin { name, token } => Ok(self.unpin(name, token)),
+            Command::Tier {
+                stream,
+                term: uploaded_in,
+                chunk,
+            } => {
+                let fence = Fence {
+                    uploaded_in: *uploaded_in,
+                    entry: term,
+                };
+                self.tier(*stream, fence, chunk)
+            }
+            Command::TierSnapshot {
+                stream,
+                term: uploaded_in,
+                offset,
+                server_made,
+                from_loc,
+                object,
+            } => {
+                let fence = Fence {
+                    uploaded_in: *uploaded_in,
+                    entry: term,
+                };
+                self.tier_snapshot(*stream, (*offset, *server_made, *from_loc), fence, object)
+            }
+            Command::ObjectsDeleted { up_to } => Ok(self.objects_deleted(*up_to)),
         }
     }
 
@@ -212,6 +290,10 @@ impl StreamsState {
             feed(&s.tail.to_le_bytes());
             feed(&s.earliest.to_le_bytes());
             feed(&[u8::from(s.closed), u8::from(s.soft_deleted)]);
+            for c in &s.cold {
+                feed(&c.end.to_le_bytes());
+                feed(&c.nonce.to_le_bytes());
+            }
         }
         hash
     }
@@ -255,7 +337,7 @@ impl StreamsState {
             if existing.soft_deleted {
                 return Err(CoreError::NameHeldBySoftDeleted);
             }
-            if !same_config(existing, c) {
+            if !same_config(existing, c) || !self.same_fork(existing, c) {
                 return Err(CoreError::ConfigMismatch);
             }
             return Ok(Applied::Created {
@@ -353,6 +435,7 @@ impl StreamsState {
             tail: start,
             base,
             fork_spec: c.fork.clone(),
+            cold: Vec::new(),
             chunks: Vec::new(),
             producers: HashMap::new(),
             last_stream_seq: None,
@@ -375,7 +458,8 @@ impl StreamsState {
         if let Some(m) = material {
             stream.chunks = m.stored_chunks(loc);
         }
-        push_chunk(
+        self.hot_bytes += inherited_len;
+        self.hot_bytes += push_chunk(
             &mut stream,
             data_len - inherited_len,
             loc + inherited_len,
@@ -461,7 +545,7 @@ impl StreamsState {
         }
 
         // Accepted: every check above passed, now change state.
-        push_chunk(s, data_len, loc, &a.body.message_ends, now);
+        let stored = push_chunk(s, data_len, loc, &a.body.message_ends, now);
         if let (Some(p), Some(update)) = (&a.producer, producer_update) {
             s.producers.insert(p.id.clone(), update);
         }
@@ -479,6 +563,7 @@ impl StreamsState {
             duplicate: false,
         };
         self.changed.push(id);
+        self.hot_bytes += stored;
         Ok(applied)
     }
 
@@ -530,6 +615,14 @@ impl StreamsState {
             if self.names.get(&s.name) == Some(&id) {
                 self.names.remove(&s.name);
             }
+            self.hot_bytes -= s.chunks.iter().map(|c| c.len).sum::<u64>();
+            for chunk in s.cold {
+                self.cold_bytes -= chunk.len();
+                self.doom(id, None, chunk);
+            }
+            for snap in s.snapshots.values().chain(s.server_snapshot.iter()) {
+                self.doom_snapshot(id, snap.offset, &snap.placement);
+            }
             self.changed.push(id);
             self.released.extend(s.remote_source);
             if let Some(base) = s.base {
@@ -542,6 +635,23 @@ impl StreamsState {
                     next = Some(base.source);
                 }
             }
+        }
+    }
+
+    /// Whether a create names the fork point `existing` was created at:
+    /// the same request, or (in the same group) the same source and the
+    /// same resolved position (the engine resolves sub-offsets into
+    /// tiered history before proposing).
+    fn same_fork(&self, existing: &StreamState, c: &CreateStream) -> bool {
+        if c.fork == existing.fork_spec {
+            return true;
+        }
+        match (&c.fork, &existing.fork_spec, &existing.base, &c.inherit) {
+            (Some(asked), Some(spec), Some(base), None) if asked.source == spec.source => {
+                self.names.get(&asked.source) == Some(&base.source)
+                    && self.resolve_fork_point(base.source, asked).ok() == Some(base.point)
+            }
+            _ => false,
         }
     }
 
@@ -566,6 +676,11 @@ impl StreamsState {
         let view = self
             .chunk_view(source_id, base_point)
             .ok_or(CoreError::SubOffsetOutOfRange)?;
+        if view.tiered {
+            // The append's extent is in the object; the engine resolves
+            // such sub-offsets to a position before proposing.
+            return Err(CoreError::SubOffsetInTieredHistory);
+        }
         let point = if view.json {
             let after: Vec<u64> = view
                 .boundaries()
@@ -591,12 +706,24 @@ impl StreamsState {
         let mut limit = s.tail;
         loop {
             if pos >= s.own_start() {
+                if let Some(i) = s.cold_index(pos) {
+                    let cold = &s.cold[i];
+                    return Some(ChunkView {
+                        start: cold.start,
+                        end: cold.end.min(limit),
+                        message_ends: None,
+                        json,
+                        tiered: true,
+                    })
+                    .filter(|v| pos < v.end);
+                }
                 let chunk = &s.chunks[s.own_chunk_index(pos)?];
                 return Some(ChunkView {
                     start: chunk.start,
                     end: chunk.end().min(limit),
                     message_ends: chunk.message_ends.as_deref(),
                     json,
+                    tiered: false,
                 })
                 .filter(|v| pos < v.end);
             }
@@ -619,7 +746,9 @@ impl StreamsState {
             return true;
         }
         match self.chunk_view(id, pos) {
-            Some(view) => view.start == pos || view.boundaries().contains(&pos),
+            // Inside a tiered chunk: checked by the engine against the
+            // object's footer (see `crate::tier`).
+            Some(view) => view.start == pos || view.tiered || view.boundaries().contains(&pos),
             None => false,
         }
     }
@@ -658,7 +787,6 @@ fn same_config(existing: &StreamState, c: &CreateStream) -> bool {
         || (c.ttl_secs == existing.ttl_secs && c.expires_at_ms == existing.expires_at_ms);
     content_type_ok
         && expiry_ok
-        && c.fork == existing.fork_spec
         && c.compaction == existing.compaction
         && c.retention == existing.retention
 }
@@ -695,9 +823,10 @@ fn check_producer(
     }
 }
 
-fn push_chunk(s: &mut StreamState, data_len: u64, loc: u64, message_ends: &[u32], now: i64) {
+/// Adds an append's bytes to the stream; returns how many it stored.
+fn push_chunk(s: &mut StreamState, data_len: u64, loc: u64, message_ends: &[u32], now: i64) -> u64 {
     if data_len == 0 {
-        return;
+        return 0;
     }
     s.chunks.push(Chunk {
         start: s.tail,
@@ -707,4 +836,5 @@ fn push_chunk(s: &mut StreamState, data_len: u64, loc: u64, message_ends: &[u32]
         at_ms: now,
     });
     s.tail += data_len;
+    data_len
 }

@@ -4,8 +4,11 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
 
+use std::sync::Arc;
+
 use crate::command::{ForkFrom, Retention, StreamId};
 use crate::fork_copy::RemotePin;
+use crate::tier::{ColdChunk, Placement};
 
 /// How a stream's bytes are framed and rendered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,7 +88,7 @@ pub(crate) struct ForkBase {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SnapshotRef {
     pub offset: u64,
-    pub loc: u64,
+    pub placement: Placement,
     pub len: u64,
     pub digest: [u8; 32],
     pub content_type: String,
@@ -118,6 +121,10 @@ pub struct StreamState {
     pub(crate) base: Option<ForkBase>,
     /// The fork request that created this stream, for idempotent re-creates.
     pub(crate) fork_spec: Option<ForkFrom>,
+    /// Tiered history: one reference per chunk object, in stream order,
+    /// all before the hot chunks.
+    pub(crate) cold: Vec<Arc<ColdChunk>>,
+    /// Hot history: one entry per append, in this node's log.
     pub(crate) chunks: Vec<Chunk>,
     pub(crate) producers: HashMap<String, ProducerState>,
     pub(crate) last_stream_seq: Option<String>,
@@ -201,7 +208,9 @@ impl StreamState {
     /// Bytes of index memory this stream holds (for the memory budget and
     /// documentation of index cost per GiB).
     pub fn index_bytes(&self) -> usize {
-        self.chunks.capacity() * std::mem::size_of::<Chunk>()
+        self.cold.capacity() * std::mem::size_of::<Arc<ColdChunk>>()
+            + self.cold.len() * (std::mem::size_of::<ColdChunk>() + 16)
+            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self
                 .chunks
                 .iter()

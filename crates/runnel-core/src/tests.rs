@@ -1,152 +1,14 @@
-//! Behaviour tests of the state machine, run against an in-memory byte
-//! vector standing in for the log.
+//! Behaviour tests of the state machine, run against the test harness
+//! (see [`crate::tests_harness`]).
 
 use proptest::prelude::*;
 
 use crate::command::*;
 use crate::error::CoreError;
-use crate::json::{frame_json_body, render_json_array};
+use crate::json::render_json_array;
 use crate::offset::{Offset, ReadFrom};
 use crate::state::{Applied, StreamsState};
-
-pub(crate) const T0: i64 = 1_700_000_000_000;
-
-/// The state machine plus a vector playing the log: an entry's data is
-/// stored at `log.len()` and that index is its location.
-#[derive(Default)]
-pub(crate) struct Harness {
-    pub(crate) state: StreamsState,
-    pub(crate) log: Vec<u8>,
-    pub(crate) entries: Vec<(Entry, u64, u64)>,
-}
-
-impl Harness {
-    pub(crate) fn run_at(&mut self, now_ms: i64, command: Command) -> Result<Applied, CoreError> {
-        let entry = Entry { now_ms, command };
-        // Every entry goes through the codec, as it does in the engine.
-        let entry = Entry::decode(&entry.encode()).unwrap();
-        let data = entry
-            .command
-            .body()
-            .map(|b| b.data.clone())
-            .unwrap_or_default();
-        let loc = self.log.len() as u64;
-        self.log.extend_from_slice(&data);
-        self.entries.push((entry.clone(), data.len() as u64, loc));
-        self.state.apply(&entry, data.len() as u64, loc)
-    }
-
-    pub(crate) fn run(&mut self, command: Command) -> Result<Applied, CoreError> {
-        self.run_at(T0, command)
-    }
-
-    pub(crate) fn read_at(
-        &self,
-        name: &str,
-        from: ReadFrom,
-        max: u64,
-    ) -> Result<(Vec<u8>, crate::ReadPlan), CoreError> {
-        let plan = self.state.plan_read(name, from, max, T0)?;
-        let mut out = Vec::new();
-        for s in &plan.slices {
-            out.extend_from_slice(&self.log[s.loc as usize..(s.loc + s.len) as usize]);
-        }
-        Ok((out, plan))
-    }
-
-    pub(crate) fn read_all(&self, name: &str) -> Vec<u8> {
-        self.read_at(name, ReadFrom::Start, u64::MAX).unwrap().0
-    }
-
-    pub(crate) fn read_json(&self, name: &str) -> serde_json::Value {
-        serde_json::from_slice(&render_json_array(&self.read_all(name))).unwrap()
-    }
-
-    /// Rebuilds a fresh state from the recorded entries, as recovery does.
-    pub(crate) fn replayed(&self) -> StreamsState {
-        let mut state = StreamsState::new();
-        for (entry, len, loc) in &self.entries {
-            let (header_only, data_len) = Entry::decode_header(&entry.encode()).unwrap();
-            assert_eq!(data_len, *len);
-            let _ = state.apply(&header_only, data_len, *loc);
-        }
-        state
-    }
-}
-
-pub(crate) fn create(name: &str, ct: &str) -> Command {
-    Command::Create(CreateStream {
-        name: name.into(),
-        content_type: Some(ct.into()),
-        ..Default::default()
-    })
-}
-
-pub(crate) fn create_with(name: &str, ct: &str, f: impl FnOnce(&mut CreateStream)) -> Command {
-    let Command::Create(mut c) = create(name, ct) else {
-        unreachable!()
-    };
-    f(&mut c);
-    Command::Create(c)
-}
-
-pub(crate) fn fork(name: &str, source: &str, offset: Option<u64>, sub_offset: u64) -> Command {
-    Command::Create(CreateStream {
-        name: name.into(),
-        fork: Some(ForkFrom {
-            source: source.into(),
-            offset,
-            sub_offset,
-        }),
-        ..Default::default()
-    })
-}
-
-pub(crate) fn append(name: &str, data: &[u8]) -> AppendToStream {
-    AppendToStream {
-        name: name.into(),
-        content_type: Some("text/plain".into()),
-        body: Body {
-            data: data.to_vec(),
-            message_ends: vec![],
-        },
-        producer: None,
-        stream_seq: None,
-        close: false,
-    }
-}
-
-pub(crate) fn json_append(name: &str, body: &str) -> Command {
-    let framed = frame_json_body(body.as_bytes(), false).unwrap();
-    Command::Append(AppendToStream {
-        name: name.into(),
-        content_type: Some("application/json".into()),
-        body: Body {
-            data: framed.data,
-            message_ends: framed.message_ends,
-        },
-        producer: None,
-        stream_seq: None,
-        close: false,
-    })
-}
-
-pub(crate) fn with_producer(mut a: AppendToStream, id: &str, epoch: u64, seq: u64) -> Command {
-    a.producer = Some(Producer {
-        id: id.into(),
-        epoch,
-        seq,
-    });
-    Command::Append(a)
-}
-
-pub(crate) fn next_offset(applied: Applied) -> Offset {
-    match applied {
-        Applied::Appended { next_offset, .. } => next_offset,
-        Applied::Created { stream, .. } => stream.next_offset,
-        other => panic!("no offset in {other:?}"),
-    }
-}
+pub(crate) use crate::tests_harness::*;
 
 #[test]
 fn create_is_idempotent_and_detects_config_conflicts() {
@@ -669,38 +531,6 @@ fn to_command(op: &Op) -> Command {
 }
 
 proptest! {
-    /// Replaying the same entries gives the same answers: what recovery
-    /// and every replica rely on. Also checks the byte-level invariants.
-    #[test]
-    fn replay_is_deterministic_and_reads_stay_consistent(ops in proptest::collection::vec(op(), 1..60)) {
-        let mut h = Harness::default();
-        let mut answers = vec![];
-        for op in &ops {
-            answers.push(h.run(to_command(op)));
-        }
-        // Recovery from a checkpoint must equal recovery by replay.
-        let replayed = StreamsState::decode_checkpoint(&h.replayed().encode_checkpoint()).unwrap();
-        prop_assert_eq!(replayed.encode_checkpoint(), h.state.encode_checkpoint());
-        let mut again = Harness { state: replayed, log: h.log.clone(), entries: vec![] };
-        for n in 0..4u8 {
-            let name = format!("s{n}");
-            let a = h.state.head(&name, T0);
-            let b = again.state.head(&name, T0);
-            prop_assert_eq!(&a, &b);
-            if a.is_ok() {
-                let all = h.read_all(&name);
-                prop_assert_eq!(&all, &again.read_all(&name));
-                prop_assert_eq!(all.len() as u64, a.unwrap().next_offset.0);
-            }
-        }
-        // The replica keeps agreeing on new commands too.
-        for op in ops.iter().take(10) {
-            let cmd = to_command(op);
-            prop_assert_eq!(h.run(cmd.clone()), again.run(cmd));
-        }
-        prop_assert_eq!(answers.len(), ops.len());
-    }
-
     /// Paging through any stream with any budget returns exactly its bytes.
     #[test]
     fn paging_reassembles_the_stream(chunks in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 1..50), 1..20), budget in 1..64u64) {
@@ -752,7 +582,7 @@ proptest! {
             to + (loc - from)
         });
         prop_assert_eq!(state.digest(), h.state.digest());
-        let replica = Harness { state, log: copy, entries: vec![] };
+        let replica = Harness { state, log: copy, ..Harness::default() };
         for n in 0..4u8 {
             let name = format!("s{n}");
             if h.state.head(&name, T0).is_ok() {

@@ -28,11 +28,7 @@ fn fork_across(
     let Applied::Pinned { point } = pinned else {
         panic!("a pin answers Pinned, not {pinned:?}");
     };
-    let (material, slices) = src.state.fork_material(source, point)?;
-    let mut data = Vec::new();
-    for s in &slices {
-        data.extend_from_slice(&src.log[s.loc as usize..(s.loc + s.len) as usize]);
-    }
+    let (material, data) = src.fork_material(source, point)?;
     // The copy travels between nodes in its wire form.
     let wire = material.encode(&data);
     let (material, data) = ForkMaterial::decode(&wire).unwrap();

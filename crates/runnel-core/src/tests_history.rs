@@ -82,7 +82,7 @@ fn bootstrap_starts_at_the_latest_snapshot() {
         .tail
         .slices
         .iter()
-        .flat_map(|s| h.log[s.loc as usize..(s.loc + s.len) as usize].to_vec())
+        .flat_map(|s| h.slice_bytes(s))
         .collect();
     assert_eq!(tail, b"new");
     assert!(plan.tail.up_to_date());

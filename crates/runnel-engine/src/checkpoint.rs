@@ -53,6 +53,11 @@ pub(crate) fn load(dir: &Path, groups: usize) -> Result<Option<Loaded>, String> 
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("reading the checkpoint: {e}")),
     };
+    decode(&bytes, groups).map(Some)
+}
+
+/// Decodes a checkpoint file's bytes.
+pub(crate) fn decode(bytes: &[u8], groups: usize) -> Result<Loaded, String> {
     let (body, crc) = bytes
         .split_last_chunk::<4>()
         .ok_or("checkpoint is truncated")?;
@@ -79,11 +84,11 @@ pub(crate) fn load(dir: &Path, groups: usize) -> Result<Option<Loaded>, String> 
         .map_err(|e| format!("checkpoint state: {e}"))?;
         loaded.push((state, applied_end));
     }
-    Ok(Some(Loaded { groups: loaded }))
+    Ok(Loaded { groups: loaded })
 }
 
-/// Writes a checkpoint atomically.
-fn store(dir: &Path, groups: &[GroupCheckpoint]) -> std::io::Result<()> {
+/// The file's bytes for these groups' states.
+pub(crate) fn encode(groups: &[GroupCheckpoint]) -> Vec<u8> {
     let mut bytes =
         Vec::with_capacity(groups.iter().map(|g| g.state.len() + 16).sum::<usize>() + 16);
     bytes.extend_from_slice(MAGIC);
@@ -95,22 +100,36 @@ fn store(dir: &Path, groups: &[GroupCheckpoint]) -> std::io::Result<()> {
     }
     let crc = crc32c::crc32c(&bytes);
     bytes.extend_from_slice(&crc.to_le_bytes());
+    bytes
+}
+
+/// Writes a checkpoint file atomically.
+pub(crate) fn store(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
     let tmp = dir.join(format!("{FILE}.tmp"));
-    std::fs::write(&tmp, &bytes)?;
+    std::fs::write(&tmp, bytes)?;
     std::fs::File::open(&tmp)?.sync_all()?;
     std::fs::rename(&tmp, path(dir))?;
     std::fs::File::open(dir)?.sync_all()
 }
 
+/// What a checkpoint did: the bytes it freed, and the file it wrote with
+/// each group's next deletion sequence number (for a backup of it).
+pub(crate) struct Checkpointed {
+    pub reclaimed: u64,
+    pub file: Vec<u8>,
+    pub doomed_next: Vec<u64>,
+}
+
 /// Writes a checkpoint of every group, then deletes the log segments it
-/// made unnecessary. Returns the bytes reclaimed.
+/// made unnecessary.
 pub(crate) fn checkpoint_and_collect(
     dir: &Path,
     groups: &[Arc<LocalGroup>],
     log: &Log,
-) -> Result<u64, String> {
+) -> Result<Checkpointed, String> {
     let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint()).collect();
-    store(dir, &captured).map_err(|e| format!("writing the checkpoint: {e}"))?;
+    let file = encode(&captured);
+    store(dir, &file).map_err(|e| format!("writing the checkpoint: {e}"))?;
     let before = captured.iter().map(|g| g.applied_end).min().unwrap_or(0);
     let live = LiveSet::new(
         captured
@@ -129,7 +148,11 @@ pub(crate) fn checkpoint_and_collect(
             "moved the live bytes of sparse segments forward; the next checkpoint deletes them"
         );
     }
-    Ok(reclaimed)
+    Ok(Checkpointed {
+        reclaimed,
+        file,
+        doomed_next: captured.iter().map(|g| g.doomed_next).collect(),
+    })
 }
 
 /// Log ranges holding live bytes, sorted, with the running maximum of

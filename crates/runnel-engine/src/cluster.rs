@@ -36,6 +36,7 @@ use crate::raft::transport::{raft_addr, PeerLink, ReadIndex, Served, TcpTranspor
 use crate::raft::vote_guard::VoteGuard;
 use crate::raft::{rebalance, snapshot};
 use crate::raft::{NodeId, Raft};
+use crate::tier::{self, GroupTier, Tiering};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
 
@@ -81,6 +82,7 @@ impl ClusterConfig {
 pub struct ClusterNode {
     node_id: NodeId,
     groups: Vec<Arc<RaftGroup>>,
+    tiering: Option<Arc<Tiering>>,
     /// HTTP address of every node.
     peers: BTreeMap<NodeId, String>,
     log: Arc<Log>,
@@ -201,6 +203,17 @@ impl ClusterNode {
         let transport = Arc::new(transport);
         let reads: Arc<dyn ReadIndex> = transport.clone();
 
+        // Backups are for a single node: a cluster member that loses its
+        // disk recovers from its peers.
+        let tiering = engine
+            .tier
+            .clone()
+            .map(|mut tc| {
+                tc.backup = false;
+                Tiering::open(tc, config.node_id, group_count as usize)
+            })
+            .transpose()
+            .map_err(|reason| OpenError::Config { reason })?;
         let mut groups = Vec::new();
         let mut shares = Vec::new();
         for (g, (mut index, file)) in indexes.into_iter().zip(files).enumerate() {
@@ -223,7 +236,14 @@ impl ClusterNode {
             let shared = GroupShared {
                 group: g as u32,
                 data_dir: engine.data_dir.clone(),
-                view: GroupView::new(state, Arc::clone(&log)),
+                view: GroupView::new(
+                    state,
+                    Arc::clone(&log),
+                    tiering.as_ref().map(|t| GroupTier {
+                        tiering: Arc::clone(t),
+                        group: g as u32,
+                    }),
+                ),
                 index: Arc::new(Mutex::new(index)),
                 durability: Arc::clone(&durability),
                 applied: Arc::new(Mutex::new(applied)),
@@ -297,9 +317,23 @@ impl ClusterNode {
             Arc::clone(&log),
             config.manual_commit,
         ));
-        tasks.push(tokio::spawn(
-            Arc::clone(&collector).run(engine.checkpoint_interval, engine.checkpoint_bytes),
-        ));
+        tasks.push(tokio::spawn(Arc::clone(&collector).run(
+            engine.checkpoint_interval,
+            engine.checkpoint_bytes,
+            tiering.clone(),
+        )));
+        if let Some(tiering) = &tiering {
+            tasks.push(tokio::spawn(tier::uploader::run(
+                groups.clone(),
+                Arc::clone(tiering),
+                Arc::clone(&log),
+                engine.segment_bytes,
+            )));
+            tasks.push(tokio::spawn(tier::gc::run(
+                groups.clone(),
+                Arc::clone(tiering),
+            )));
+        }
         tracing::info!(
             node_id = config.node_id,
             groups = groups.len(),
@@ -308,6 +342,7 @@ impl ClusterNode {
         );
         Ok(Arc::new(ClusterNode {
             node_id: config.node_id,
+            tiering,
             groups,
             peers: config.peers.clone(),
             log,
@@ -365,6 +400,11 @@ impl ClusterNode {
     /// bytes reclaimed.
     pub async fn checkpoint(&self) -> Result<u64, String> {
         self.collector.checkpoint().await
+    }
+
+    /// The node's tiering, when it tiers.
+    pub fn tiering(&self) -> Option<&Arc<Tiering>> {
+        self.tiering.as_ref()
     }
 
     /// Segment files of the shared log.
@@ -645,6 +685,7 @@ impl NodeEngine for ClusterNode {
             "nodes": self.peers,
             "log_position": self.log.durable_position(),
             "write_failure": self.write_failure(),
+            "tiering": self.tiering.as_ref().map(|t| t.status()),
             "groups": groups,
         })
     }

@@ -105,7 +105,10 @@ async fn compact<G: MaintainedGroup + ?Sized>(
 ) -> Result<(), EngineError> {
     let mut state = MaterializedState::default();
     if let Some(snapshot) = &work.snapshot {
-        let (_, bytes) = group.view().snapshot(&work.name, Some(snapshot.offset))?;
+        let (_, bytes) = group
+            .view()
+            .snapshot(&work.name, Some(snapshot.offset))
+            .await?;
         if state.apply_array(&bytes).is_err() {
             tracing::warn!(stream = %work.name, "previous server snapshot is not a JSON array; starting over");
             state = MaterializedState::default();
@@ -113,7 +116,7 @@ async fn compact<G: MaintainedGroup + ?Sized>(
     }
     let mut position = work.from;
     while position < work.tail {
-        let read = group.view().read_by_id(work.id, position, 4 << 20)?;
+        let read = group.view().read_by_id(work.id, position, 4 << 20).await?;
         if read.body.is_empty() {
             break;
         }

@@ -23,6 +23,7 @@ pub mod local;
 pub mod node;
 pub mod raft;
 pub mod tail;
+pub mod tier;
 mod view;
 
 use std::future::Future;
@@ -33,6 +34,7 @@ use runnel_core::{
     Applied, BootstrapPlan, Command, CoreError, Entry, ForkMaterial, ReadFrom, ReadPlan, RemotePin,
     SnapshotRef, StreamId, StreamInfo,
 };
+pub use tier::{TierConfig, Tiering};
 use tokio::sync::watch;
 
 pub use clock::now_ms;
@@ -66,6 +68,14 @@ pub enum EngineError {
     /// Replication failed (no quorum, or the group stopped).
     #[error("replication failed: {0}")]
     Replication(String),
+    /// Tiered bytes could not be read from the object store (unreachable,
+    /// too slow, or what came back failed its checksum).
+    #[error("{0}")]
+    Tier(String),
+    /// Too many bytes wait to be tiered (the object store is down or
+    /// slow): writes wait until the tierer catches up.
+    #[error("{untiered} bytes wait to be moved to the object store, more than the {cap} allowed; retry later")]
+    TierBacklog { untiered: u64, cap: u64 },
 }
 
 impl EngineError {
@@ -153,8 +163,14 @@ pub trait GroupEngine: Send + Sync + 'static {
     /// Stream metadata without renewing its TTL (HEAD).
     fn head(&self, name: &str) -> Result<StreamInfo, EngineError>;
 
-    /// Reads from applied state, renewing the stream's TTL.
-    fn read(&self, name: &str, from: ReadFrom, max_bytes: u64) -> Result<ReadResult, EngineError>;
+    /// Reads from applied state, renewing the stream's TTL. Tiered bytes
+    /// come from the object store.
+    fn read<'a>(
+        &'a self,
+        name: &'a str,
+        from: ReadFrom,
+        max_bytes: u64,
+    ) -> BoxFuture<'a, Result<ReadResult, EngineError>>;
 
     /// Reads a stream by id (live tails follow one incarnation).
     fn read_by_id(
@@ -162,25 +178,33 @@ pub trait GroupEngine: Send + Sync + 'static {
         id: StreamId,
         position: u64,
         max_bytes: u64,
-    ) -> Result<ReadResult, EngineError>;
+    ) -> BoxFuture<'_, Result<ReadResult, EngineError>>;
 
     /// A receiver that changes whenever stream `id` changes (append, close,
     /// delete). Subscribe before reading to never miss a wake-up.
     fn subscribe(&self, id: StreamId) -> watch::Receiver<u64>;
 
     /// A snapshot of `name` (at `offset`, or the latest) with its bytes.
-    fn snapshot(
-        &self,
-        name: &str,
+    fn snapshot<'a>(
+        &'a self,
+        name: &'a str,
         offset: Option<u64>,
-    ) -> Result<(SnapshotRef, Bytes), EngineError>;
+    ) -> BoxFuture<'a, Result<(SnapshotRef, Bytes), EngineError>>;
 
     /// The latest snapshot and the messages after it (at most `max_bytes`).
-    fn bootstrap(&self, name: &str, max_bytes: u64) -> Result<Bootstrap, EngineError>;
+    fn bootstrap<'a>(
+        &'a self,
+        name: &'a str,
+        max_bytes: u64,
+    ) -> BoxFuture<'a, Result<Bootstrap, EngineError>>;
 
     /// What a fork in another group copies from stream `name` up to
     /// `point` (from a pin), with the bytes (see `runnel_core::fork_copy`).
-    fn fork_material(&self, name: &str, point: u64) -> Result<(ForkMaterial, Bytes), EngineError>;
+    fn fork_material<'a>(
+        &'a self,
+        name: &'a str,
+        point: u64,
+    ) -> BoxFuture<'a, Result<(ForkMaterial, Bytes), EngineError>>;
 }
 
 /// A bootstrap with its bytes: the snapshot (if any) and the tail after it
@@ -203,6 +227,11 @@ pub(crate) trait MaintainedGroup: GroupEngine {
     }
     /// Proposes an entry as it is (its clock reading included).
     fn submit_entry(&self, entry: Entry) -> BoxFuture<'_, Result<Applied, EngineError>>;
+    /// The term this node leads the group in (0 for the local engine):
+    /// what tiering commands are fenced to.
+    fn term(&self) -> u64 {
+        0
+    }
 }
 
 /// Whether two names fall in the same of `groups` groups.
@@ -221,12 +250,21 @@ pub(crate) fn take_released_pins<G: MaintainedGroup>(
 }
 
 /// Proposes `command`, preceded by the expiry of any stream it names whose
-/// TTL passed. Expiry is decided here, by the proposer, and logged;
+/// TTL passed. A write that stores bytes is refused while the node's
+/// tiering backlog is full; positions the command names inside tiered
+/// history are checked first (see [`tier::prepare`]). Expiry is decided here, by the proposer, and logged;
 /// applying never consults the sliding TTL (reads renew it unlogged).
 pub(crate) async fn propose_with_expiry<G: MaintainedGroup + ?Sized>(
     group: &G,
     command: Command,
 ) -> Result<Applied, EngineError> {
+    if let Some(tier) = &group.view().tier {
+        let stores_bytes = command.body().is_some_and(|b| !b.data.is_empty());
+        if let Some(full) = tier.tiering.over_backlog().filter(|_| stores_bytes) {
+            return Err(full);
+        }
+    }
+    let command = tier::prepare::prepare(group.view(), command).await?;
     let now = now_ms();
     let expired: Vec<StreamId> = group.view().with_state(|state| {
         command

@@ -16,6 +16,7 @@ use runnel_core::{Applied, Command, Entry, StreamsState};
 use runnel_log::{Log, LogError};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::tier::GroupTier;
 use crate::view::{delegate_reads_to_view, GroupView};
 use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
 
@@ -65,6 +66,8 @@ pub(crate) struct GroupCheckpoint {
     pub state: Vec<u8>,
     /// Log ranges holding live bytes.
     pub live: Vec<(u64, u64)>,
+    /// The sequence number the group's next queued object deletion gets.
+    pub doomed_next: u64,
 }
 
 impl LocalGroup {
@@ -76,11 +79,12 @@ impl LocalGroup {
         log: Arc<Log>,
         durable: watch::Receiver<DurableState>,
         limits: GroupLimits,
+        tier: Option<GroupTier>,
     ) -> Arc<LocalGroup> {
         let (tx, rx) = mpsc::channel(limits.max_pending_proposals.max(1));
         let group = Arc::new(LocalGroup {
             index,
-            view: GroupView::new(state, log),
+            view: GroupView::new(state, log, tier),
             proposals: tx,
             inflight_bytes: Arc::new(AtomicU64::new(0)),
             applied_end: Arc::new(AtomicU64::new(applied_end)),
@@ -110,6 +114,7 @@ impl LocalGroup {
             applied_end: self.applied_end.load(Ordering::Acquire),
             state: state.encode_checkpoint(),
             live: state.live_ranges(),
+            doomed_next: state.doomed_next_seq(),
         }
     }
 

@@ -23,6 +23,7 @@ use tokio::sync::watch;
 use crate::checkpoint;
 use crate::history::{self, CompactionPolicy};
 use crate::local::{DurableState, GroupLimits, LocalGroup};
+use crate::tier::{self, GroupTier, Tiering};
 use crate::{now_ms, BoxFuture, EngineError, GroupEngine, NodeEngine, ReadResult};
 
 pub(crate) const META_FILE: &str = "runnel.meta";
@@ -49,6 +50,8 @@ pub struct EngineConfig {
     /// ...or after this many new log bytes, whichever comes first.
     pub checkpoint_bytes: u64,
     pub compaction: CompactionPolicy,
+    /// Tiering to an object store; `None` keeps every byte in the log.
+    pub tier: Option<crate::TierConfig>,
 }
 
 impl EngineConfig {
@@ -70,6 +73,7 @@ impl EngineConfig {
                 idle: Duration::from_secs(1),
                 max_snapshot_bytes: 128 << 20,
             },
+            tier: None,
         }
     }
 }
@@ -104,6 +108,7 @@ pub enum OpenError {
 pub struct Node {
     groups: Vec<Arc<LocalGroup>>,
     log: Arc<Log>,
+    tiering: Option<Arc<Tiering>>,
     data_dir: PathBuf,
     /// Background upkeep and checkpointing, aborted on drop.
     tasks: Vec<tokio::task::JoinHandle<()>>,
@@ -145,6 +150,12 @@ impl Node {
         // now on all end past the recovered log, so none applies early.
         let recovered_end = log.durable_position();
 
+        let tiering = config
+            .tier
+            .clone()
+            .map(|tc| Tiering::open(tc, 0, groups as usize))
+            .transpose()
+            .map_err(|reason| OpenError::Config { reason })?;
         let now = now_ms();
         let limits = GroupLimits {
             max_pending_proposals: config.max_pending_proposals,
@@ -164,6 +175,10 @@ impl Node {
                     Arc::clone(&log),
                     durable_rx.clone(),
                     limits,
+                    tiering.as_ref().map(|t| GroupTier {
+                        tiering: Arc::clone(t),
+                        group: i as u32,
+                    }),
                 )
             })
             .collect();
@@ -183,14 +198,29 @@ impl Node {
             config.data_dir.clone(),
             groups.clone(),
             Arc::clone(&log),
+            tiering.clone(),
             config.checkpoint_interval,
             config.checkpoint_bytes,
         ));
+        let mut tasks = vec![sweeper, checkpointer];
+        if let Some(tiering) = &tiering {
+            tasks.push(tokio::spawn(tier::uploader::run(
+                groups.clone(),
+                Arc::clone(tiering),
+                Arc::clone(&log),
+                config.segment_bytes,
+            )));
+            tasks.push(tokio::spawn(tier::gc::run(
+                groups.clone(),
+                Arc::clone(tiering),
+            )));
+        }
         Ok(Arc::new(Node {
             groups,
             log,
+            tiering,
             data_dir: config.data_dir.clone(),
-            tasks: vec![sweeper, checkpointer],
+            tasks,
         }))
     }
 
@@ -222,13 +252,13 @@ impl Node {
         self.group_for(name).head(name)
     }
 
-    pub fn read(
+    pub async fn read(
         &self,
         name: &str,
         from: ReadFrom,
         max_bytes: u64,
     ) -> Result<ReadResult, EngineError> {
-        self.group_for(name).read(name, from, max_bytes)
+        self.group_for(name).read(name, from, max_bytes).await
     }
 
     /// Log bytes written since the log began.
@@ -246,17 +276,36 @@ impl Node {
         self.log.segment_count()
     }
 
-    /// Writes a checkpoint now and deletes the log segments it made
-    /// unnecessary; returns the bytes reclaimed.
+    /// Writes a checkpoint now (and backs it up when tiering does) and
+    /// deletes the log segments it made unnecessary; returns the bytes
+    /// reclaimed.
     pub async fn checkpoint(&self) -> Result<u64, String> {
-        let (dir, groups, log) = (
-            self.data_dir.clone(),
-            self.groups.clone(),
-            Arc::clone(&self.log),
-        );
-        tokio::task::spawn_blocking(move || checkpoint::checkpoint_and_collect(&dir, &groups, &log))
-            .await
-            .map_err(|e| e.to_string())?
+        checkpoint_once(
+            &self.data_dir,
+            &self.groups,
+            &self.log,
+            self.tiering.as_deref(),
+        )
+        .await
+    }
+
+    /// The node's tiering, when it tiers.
+    pub fn tiering(&self) -> Option<&Arc<Tiering>> {
+        self.tiering.as_ref()
+    }
+
+    /// Tiers what is due now on every group (without waiting for the
+    /// tierer's next pass), then recounts the backlog.
+    pub async fn tier_now(&self) -> Result<u64, String> {
+        let Some(tiering) = &self.tiering else {
+            return Ok(0);
+        };
+        let mut tiered = 0;
+        for group in &self.groups {
+            tiered += tier::uploader::pass(group.as_ref(), tiering, &self.log).await?;
+        }
+        tier::uploader::count_totals(&self.groups, tiering);
+        Ok(tiered)
     }
 }
 
@@ -277,6 +326,7 @@ impl NodeEngine for Node {
         serde_json::json!({
             "mode": "single",
             "groups": self.groups.len(),
+            "tiering": self.tiering.as_ref().map(|t| t.status()),
             "log_position": self.log_position(),
             "log_segments": self.log_segments(),
             "log_syncs": self.log.sync_stats().syncs,
@@ -379,33 +429,75 @@ pub(crate) fn open_log(
 }
 
 /// Checkpoints every `interval`, or sooner once `bytes` of log were
-/// written since the last one.
+/// written since the last one, once the tierer asks (it freed log bytes),
+/// or once tiering made progress that the last backup does not show.
 async fn checkpoint_loop(
     dir: PathBuf,
     groups: Vec<Arc<LocalGroup>>,
     log: Arc<Log>,
+    tiering: Option<Arc<Tiering>>,
     interval: Duration,
     bytes: u64,
 ) {
     let mut last = (tokio::time::Instant::now(), log.durable_position());
+    let mut backed_up_progress = None;
     loop {
-        tokio::time::sleep(Duration::from_secs(1).min(interval)).await;
+        let reclaim = async {
+            match &tiering {
+                Some(t) => t.reclaim.notified().await,
+                None => std::future::pending().await,
+            }
+        };
+        let asked = tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(1).min(interval)) => false,
+            _ = reclaim => true,
+        };
         let position = log.durable_position();
-        if last.0.elapsed() < interval && position.saturating_sub(last.1) < bytes {
+        let progress = tiering.as_ref().map(|t| tier::progress(t));
+        let backup_due = tiering.as_ref().is_some_and(|t| {
+            t.config.backup
+                && progress != backed_up_progress
+                && last.0.elapsed() >= t.config.backup_interval
+        });
+        if !asked
+            && !backup_due
+            && last.0.elapsed() < interval
+            && position.saturating_sub(last.1) < bytes
+        {
             continue;
         }
         last = (tokio::time::Instant::now(), position);
-        let (dir, groups, log) = (dir.clone(), groups.clone(), Arc::clone(&log));
-        match tokio::task::spawn_blocking(move || {
-            checkpoint::checkpoint_and_collect(&dir, &groups, &log)
-        })
-        .await
-        {
-            Ok(Ok(reclaimed)) => tracing::debug!(reclaimed, "checkpoint written"),
-            Ok(Err(err)) => tracing::error!(error = %err, "checkpoint failed"),
-            Err(err) => tracing::error!(error = %err, "checkpoint task failed"),
+        match checkpoint_once(&dir, &groups, &log, tiering.as_deref()).await {
+            Ok(reclaimed) => {
+                backed_up_progress = progress;
+                tracing::debug!(reclaimed, "checkpoint written")
+            }
+            Err(err) => tracing::error!(error = %err, "checkpoint failed"),
         }
     }
+}
+
+/// Writes a checkpoint, collects the log behind it, and backs the
+/// checkpoint up when the node tiers with backups on.
+async fn checkpoint_once(
+    dir: &Path,
+    groups: &[Arc<LocalGroup>],
+    log: &Arc<Log>,
+    tiering: Option<&Tiering>,
+) -> Result<u64, String> {
+    let (dir_owned, groups_owned, log_owned) =
+        (dir.to_path_buf(), groups.to_vec(), Arc::clone(log));
+    let done = tokio::task::spawn_blocking(move || {
+        checkpoint::checkpoint_and_collect(&dir_owned, &groups_owned, &log_owned)
+    })
+    .await
+    .map_err(|e| e.to_string())??;
+    if let Some(tiering) = tiering.filter(|t| t.config.backup) {
+        tier::backup::upload(tiering, done.file, done.doomed_next)
+            .await
+            .map_err(|e| format!("backing up the checkpoint: {e}"))?;
+    }
+    Ok(done.reclaimed)
 }
 
 /// Without a checkpoint the log must start at position 0: a log whose

@@ -1,19 +1,20 @@
 //! The read side of a group, shared by the local and the Raft engines:
-//! the applied [`StreamsState`], the log its chunks point into, and the
-//! tail notifier. Reads plan against the state under a shared lock and
-//! copy bytes from the log without it.
+//! the applied [`StreamsState`], the log its hot chunks point into, the
+//! object store its tiered ones are in, and the tail notifier. Reads plan
+//! against the state under a shared lock and fetch bytes without it.
 
 use std::sync::{Arc, Mutex, RwLock};
 
 use bytes::Bytes;
 use runnel_core::{
-    Applied, ForkMaterial, ReadFrom, ReadPlan, RemotePin, Slice, SnapshotRef, StreamId, StreamInfo,
-    StreamsState,
+    Applied, BootstrapPlan, ForkMaterial, Placement, ReadFrom, RemotePin, Slice, SnapshotRef,
+    StreamId, StreamInfo, StreamsState,
 };
 use runnel_log::Log;
 use tokio::sync::watch;
 
 use crate::tail::TailNotifier;
+use crate::tier::{reader, GroupTier};
 use crate::{now_ms, Bootstrap, EngineError, ReadResult};
 
 /// A group's applied state and the log it reads from.
@@ -25,15 +26,18 @@ pub(crate) struct GroupView {
     /// Pins on other groups' streams that expiries proposed here released
     /// (deletes hand theirs to the caller); the server sends them on.
     pub released: Arc<Mutex<Vec<RemotePin>>>,
+    /// The node's tiering, if it tiers: where tiered bytes are read from.
+    pub tier: Option<GroupTier>,
 }
 
 impl GroupView {
-    pub fn new(state: StreamsState, log: Arc<Log>) -> GroupView {
+    pub fn new(state: StreamsState, log: Arc<Log>, tier: Option<GroupTier>) -> GroupView {
         GroupView {
             state: Arc::new(RwLock::new(state)),
             log,
             tails: Arc::new(TailNotifier::default()),
             released: Arc::default(),
+            tier,
         }
     }
 
@@ -58,52 +62,65 @@ impl GroupView {
         Ok(self.with_state(|s| s.head(name, now_ms()))?)
     }
 
-    pub fn read(
+    pub async fn read(
         &self,
         name: &str,
         from: ReadFrom,
         max_bytes: u64,
     ) -> Result<ReadResult, EngineError> {
         let plan = self.with_state(|s| s.plan_read(name, from, max_bytes, now_ms()))?;
-        self.fetch(plan)
+        reader::fetch(self, plan).await
     }
 
-    pub fn read_by_id(
+    pub async fn read_by_id(
         &self,
         id: StreamId,
         position: u64,
         max_bytes: u64,
     ) -> Result<ReadResult, EngineError> {
         let plan = self.with_state(|s| s.plan_read_by_id(id, position, max_bytes, now_ms()))?;
-        self.fetch(plan)
+        reader::fetch(self, plan).await
     }
 
     pub fn subscribe(&self, id: StreamId) -> watch::Receiver<u64> {
         self.tails.subscribe(id)
     }
 
-    pub fn snapshot(
+    pub async fn snapshot(
         &self,
         name: &str,
         offset: Option<u64>,
     ) -> Result<(SnapshotRef, Bytes), EngineError> {
-        let snapshot = self.with_state(|s| s.snapshot(name, offset, now_ms()))?;
-        let bytes = self.snapshot_bytes(&snapshot)?;
+        let (snapshot, id) = self.with_state(|s| {
+            let snapshot = s.snapshot(name, offset, now_ms())?;
+            let id = s.stream_by_name(name).map_or(0, |s| s.id);
+            Ok::<_, runnel_core::CoreError>((snapshot, id))
+        })?;
+        let bytes = self.snapshot_bytes(id, &snapshot).await?;
         Ok((snapshot, bytes))
     }
 
-    pub fn bootstrap(&self, name: &str, max_bytes: u64) -> Result<Bootstrap, EngineError> {
-        let plan = self.with_state(|s| s.plan_bootstrap(name, max_bytes, now_ms()))?;
-        let snapshot = plan
-            .snapshot
-            .as_ref()
-            .map(|s| self.snapshot_bytes(s))
-            .transpose()?;
-        let tail = self.copy_slices(&plan.tail.slices)?;
-        Ok(Bootstrap {
-            plan,
-            snapshot,
+    pub async fn bootstrap(&self, name: &str, max_bytes: u64) -> Result<Bootstrap, EngineError> {
+        let (plan, id) = self.with_state(|s| {
+            let plan = s.plan_bootstrap(name, max_bytes, now_ms())?;
+            Ok::<_, runnel_core::CoreError>((plan.clone(), plan.tail.info.id))
+        })?;
+        let snapshot = match &plan.snapshot {
+            Some(snap) => Some(self.snapshot_bytes(id, snap).await?),
+            None => None,
+        };
+        let BootstrapPlan {
+            snapshot: snap,
             tail,
+        } = plan;
+        let tail = reader::fetch(self, tail).await?;
+        Ok(Bootstrap {
+            plan: BootstrapPlan {
+                snapshot: snap,
+                tail: tail.plan,
+            },
+            snapshot,
+            tail: tail.body,
         })
     }
 
@@ -122,39 +139,47 @@ impl GroupView {
     }
 
     /// What a fork at `point` copies from stream `name`, bytes included.
-    pub fn fork_material(
+    pub async fn fork_material(
         &self,
         name: &str,
         point: u64,
     ) -> Result<(ForkMaterial, Bytes), EngineError> {
-        let (material, slices) = self.with_state(|s| s.fork_material(name, point))?;
-        Ok((material, self.copy_slices(&slices)?))
+        let (material, pieces) = self.with_state(|s| s.fork_material(name, point))?;
+        reader::material(self, material, pieces).await
     }
 
-    fn fetch(&self, plan: ReadPlan) -> Result<ReadResult, EngineError> {
-        let body = self.copy_slices(&plan.slices)?;
-        Ok(ReadResult { plan, body })
-    }
-
-    fn copy_slices(&self, slices: &[Slice]) -> Result<Bytes, EngineError> {
-        let total: u64 = slices.iter().map(|s| s.len).sum();
+    /// Copies log slices out of the log.
+    pub(crate) fn copy_log(&self, slices: &[Slice]) -> Result<Bytes, EngineError> {
+        let total: u64 = slices.iter().map(Slice::len).sum();
         let mut body = vec![0u8; total as usize];
         let mut at = 0;
         for slice in slices {
-            let end = at + slice.len as usize;
+            let Slice::Log { loc, len } = slice else {
+                unreachable!("only log slices are copied here")
+            };
+            let end = at + *len as usize;
             self.log
-                .read_at(slice.loc, &mut body[at..end])
+                .read_at(*loc, &mut body[at..end])
                 .map_err(EngineError::Storage)?;
             at = end;
         }
         Ok(Bytes::from(body))
     }
 
-    fn snapshot_bytes(&self, snapshot: &SnapshotRef) -> Result<Bytes, EngineError> {
-        self.copy_slices(&[Slice {
-            loc: snapshot.loc,
-            len: snapshot.len,
-        }])
+    async fn snapshot_bytes(
+        &self,
+        stream: StreamId,
+        snapshot: &SnapshotRef,
+    ) -> Result<Bytes, EngineError> {
+        match &snapshot.placement {
+            Placement::Log(loc) => self.copy_log(&[Slice::Log {
+                loc: *loc,
+                len: snapshot.len,
+            }]),
+            Placement::Object(object) => {
+                reader::snapshot_object(self, stream, snapshot.offset, object).await
+            }
+        }
     }
 }
 
@@ -166,13 +191,13 @@ macro_rules! delegate_reads_to_view {
             self.view.head(name)
         }
 
-        fn read(
-            &self,
-            name: &str,
+        fn read<'a>(
+            &'a self,
+            name: &'a str,
             from: runnel_core::ReadFrom,
             max_bytes: u64,
-        ) -> Result<$crate::ReadResult, $crate::EngineError> {
-            self.view.read(name, from, max_bytes)
+        ) -> $crate::BoxFuture<'a, Result<$crate::ReadResult, $crate::EngineError>> {
+            Box::pin(self.view.read(name, from, max_bytes))
         }
 
         fn read_by_id(
@@ -180,36 +205,42 @@ macro_rules! delegate_reads_to_view {
             id: runnel_core::StreamId,
             position: u64,
             max_bytes: u64,
-        ) -> Result<$crate::ReadResult, $crate::EngineError> {
-            self.view.read_by_id(id, position, max_bytes)
+        ) -> $crate::BoxFuture<'_, Result<$crate::ReadResult, $crate::EngineError>> {
+            Box::pin(self.view.read_by_id(id, position, max_bytes))
         }
 
         fn subscribe(&self, id: runnel_core::StreamId) -> tokio::sync::watch::Receiver<u64> {
             self.view.subscribe(id)
         }
 
-        fn snapshot(
-            &self,
-            name: &str,
+        fn snapshot<'a>(
+            &'a self,
+            name: &'a str,
             offset: Option<u64>,
-        ) -> Result<(runnel_core::SnapshotRef, bytes::Bytes), $crate::EngineError> {
-            self.view.snapshot(name, offset)
+        ) -> $crate::BoxFuture<
+            'a,
+            Result<(runnel_core::SnapshotRef, bytes::Bytes), $crate::EngineError>,
+        > {
+            Box::pin(self.view.snapshot(name, offset))
         }
 
-        fn bootstrap(
-            &self,
-            name: &str,
+        fn bootstrap<'a>(
+            &'a self,
+            name: &'a str,
             max_bytes: u64,
-        ) -> Result<$crate::Bootstrap, $crate::EngineError> {
-            self.view.bootstrap(name, max_bytes)
+        ) -> $crate::BoxFuture<'a, Result<$crate::Bootstrap, $crate::EngineError>> {
+            Box::pin(self.view.bootstrap(name, max_bytes))
         }
 
-        fn fork_material(
-            &self,
-            name: &str,
+        fn fork_material<'a>(
+            &'a self,
+            name: &'a str,
             point: u64,
-        ) -> Result<(runnel_core::ForkMaterial, bytes::Bytes), $crate::EngineError> {
-            self.view.fork_material(name, point)
+        ) -> $crate::BoxFuture<
+            'a,
+            Result<(runnel_core::ForkMaterial, bytes::Bytes), $crate::EngineError>,
+        > {
+            Box::pin(self.view.fork_material(name, point))
         }
     };
 }

@@ -29,8 +29,9 @@ fn append(name: &str, data: &[u8]) -> Command {
     })
 }
 
-fn read_all(node: &Node, name: &str) -> Vec<u8> {
+async fn read_all(node: &Node, name: &str) -> Vec<u8> {
     node.read(name, ReadFrom::Start, u64::MAX)
+        .await
         .unwrap()
         .body
         .to_vec()
@@ -70,13 +71,13 @@ async fn concurrent_appends_all_commit_and_survive_reopen() {
             all.push(t.await.unwrap());
         }
         for (name, content) in &all {
-            assert_eq!(&read_all(&node, name), content);
+            assert_eq!(&read_all(&node, name).await, content);
         }
         expected = all;
     }
     let node = Node::open(&config).unwrap();
     for (name, content) in &expected {
-        assert_eq!(&read_all(&node, name), content, "{name} after reopen");
+        assert_eq!(&read_all(&node, name).await, content, "{name} after reopen");
     }
     // Offsets continue where they were.
     let applied = node.propose(append("stream-0", b"more")).await.unwrap();
@@ -114,7 +115,7 @@ async fn readers_are_woken_by_commits_to_their_stream() {
         .expect("woken within 5 s")
         .unwrap();
     writer.await.unwrap();
-    assert_eq!(read_all(&node, "live"), b"tick");
+    assert_eq!(read_all(&node, "live").await, b"tick");
 }
 
 #[tokio::test]
@@ -193,14 +194,14 @@ async fn checkpoints_reclaim_dead_segments_and_recover_without_them() {
         let after = segment_files(dir.path());
         assert!(reclaimed > 0, "nothing reclaimed");
         assert!(after < before, "{before} segments before, {after} after");
-        assert_eq!(read_all(&node, "trimmed"), b"kept");
-        assert_eq!(read_all(&node, "alive").len(), 60 * 500);
+        assert_eq!(read_all(&node, "trimmed").await, b"kept");
+        assert_eq!(read_all(&node, "alive").await.len(), 60 * 500);
         node.propose(append("alive", b"!")).await.unwrap();
     }
     // Recovery: checkpoint plus the records after it; gaps are expected.
     let node = Node::open(&config).unwrap();
-    assert_eq!(read_all(&node, "trimmed"), b"kept");
-    let alive = read_all(&node, "alive");
+    assert_eq!(read_all(&node, "trimmed").await, b"kept");
+    let alive = read_all(&node, "alive").await;
     assert_eq!(alive.len(), 60 * 500 + 1);
     assert!(alive.ends_with(b"!"));
     assert!(node.head("dead-a").is_err());
@@ -257,7 +258,11 @@ async fn sparse_segments_are_copied_forward_and_reclaimed() {
             segment_files(dir.path()) + 2 >= before,
             "live bytes in every segment keep them the first time"
         );
-        assert_eq!(read_all(&node, "keep"), expected, "reads follow the move");
+        assert_eq!(
+            read_all(&node, "keep").await,
+            expected,
+            "reads follow the move"
+        );
         // The moved bytes are at the head now; the next checkpoint frees
         // the old segments.
         node.propose(append("tail", b"+")).await.unwrap();
@@ -267,15 +272,15 @@ async fn sparse_segments_are_copied_forward_and_reclaimed() {
             reclaimed >= 30 * 4096 && after * 3 < before,
             "{before} segments before, {after} after, {reclaimed} bytes reclaimed"
         );
-        assert_eq!(read_all(&node, "keep"), expected);
+        assert_eq!(read_all(&node, "keep").await, expected);
         node.propose(append("keep", b"last;")).await.unwrap();
         expected.extend_from_slice(b"last;");
     }
     for _ in 0..2 {
         let node = Node::open(&config).unwrap();
-        assert_eq!(read_all(&node, "keep"), expected);
+        assert_eq!(read_all(&node, "keep").await, expected);
         assert!(node.head("junk").is_err());
-        assert_eq!(read_all(&node, "tail").len(), 12 * 900 + 1);
+        assert_eq!(read_all(&node, "tail").await.len(), 12 * 900 + 1);
         node.checkpoint().await.unwrap();
     }
 }

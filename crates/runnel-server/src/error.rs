@@ -113,8 +113,13 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
         EngineError::Overloaded
         | EngineError::ShuttingDown
         | EngineError::NotLeader(_)
-        | EngineError::Replication(_) => {
+        | EngineError::Replication(_)
+        | EngineError::Tier(_) => {
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        EngineError::TierBacklog { .. } => {
+            headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("5"));
             StatusCode::SERVICE_UNAVAILABLE
         }
         EngineError::Storage(ref err) => {
@@ -175,6 +180,11 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         CoreError::SnapshotConflict => StatusCode::CONFLICT,
         CoreError::SnapshotNotFound => StatusCode::NOT_FOUND,
         CoreError::SnapshotOffsetInvalid | CoreError::TrimOffsetInvalid => StatusCode::BAD_REQUEST,
+        // Internal: the engine resolves these before proposing, and
+        // tiering commands never come from a client.
+        CoreError::SubOffsetInTieredHistory | CoreError::TierRefused { .. } => {
+            StatusCode::INTERNAL_SERVER_ERROR
+        }
     }
 }
 

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use runnel_engine::{EngineConfig, SyncMode};
+use runnel_engine::{EngineConfig, SyncMode, TierConfig};
 use runnel_server::ServerConfig;
+use runnel_tier::StoreConfig;
 use serde::Deserialize;
 
 #[derive(Args, Debug, Default, Deserialize)]
@@ -98,6 +99,56 @@ pub struct ServeArgs {
     /// often [default: 350].
     #[arg(long)]
     pub election_timeout_ms: Option<u64>,
+    /// Where tiered history goes: file:///PATH, s3://BUCKET/PREFIX,
+    /// gs://BUCKET/PREFIX, az://CONTAINER/PREFIX, or `none` to keep every
+    /// byte in the local log [default: file://DATA_DIR/objects on a single
+    /// node; none in a cluster, whose nodes must share one store].
+    #[arg(long)]
+    pub object_store: Option<String>,
+    /// An object store setting, KEY=VALUE, repeatable (e.g.
+    /// aws_endpoint=http://127.0.0.1:9000, aws_region=us-east-1,
+    /// aws_allow_http=true); `AWS_*` environment variables are read too.
+    #[arg(long = "object-store-option", value_name = "KEY=VALUE")]
+    pub object_store_option: Option<Vec<String>>,
+    /// A stream's untiered bytes go to the object store once they reach
+    /// this many; also the largest chunk object [default: 8388608].
+    #[arg(long)]
+    pub tier_chunk_bytes: Option<u64>,
+    /// Appends older than this many seconds are tiered whatever their
+    /// stream's size [default: 60].
+    #[arg(long)]
+    pub tier_max_age_secs: Option<u64>,
+    /// The local window: log bytes further back than this are tiered
+    /// first, whatever their size and age [default: 1073741824].
+    #[arg(long)]
+    pub hot_bytes: Option<u64>,
+    /// Past this many untiered bytes (the object store is down or slow)
+    /// writes get 503 [default: 8589934592].
+    #[arg(long)]
+    pub max_untiered_bytes: Option<u64>,
+    /// Memory for cached blocks of tiered history [default: 268435456].
+    #[arg(long)]
+    pub cache_bytes: Option<u64>,
+    /// Objects of trimmed and deleted history are deleted this many
+    /// seconds after [default: 300].
+    #[arg(long)]
+    pub tier_gc_grace_secs: Option<u64>,
+    /// Unreferenced objects (of uploads that failed or crashed) older than
+    /// this many seconds are deleted by the sweep [default: 3600].
+    #[arg(long)]
+    pub tier_orphan_grace_secs: Option<u64>,
+    /// Seconds between sweeps for unreferenced objects [default: 3600].
+    #[arg(long)]
+    pub tier_sweep_interval_secs: Option<u64>,
+    /// Milliseconds between the tierer's passes [default: 1000].
+    #[arg(long)]
+    pub tier_interval_ms: Option<u64>,
+    /// Start an empty data directory from the newest checkpoint backed up
+    /// in the object store (single node). Without it, an empty data
+    /// directory is restored on its own when the store holds a backup.
+    #[arg(long)]
+    #[serde(skip)]
+    pub restore: bool,
 }
 
 /// A cluster member's identity and its peers.
@@ -114,6 +165,8 @@ pub struct Settings {
     pub server: ServerConfig,
     /// Set when the node is a cluster member.
     pub cluster: Option<ClusterSettings>,
+    /// Restore the data directory from the object store first.
+    pub restore: bool,
 }
 
 /// Parses `1=HOST:PORT,2=HOST:PORT`.
@@ -141,6 +194,71 @@ fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
     Ok(peers)
 }
 
+/// Tiering settings from flags over the file: `None` when tiering is off.
+fn tier_config(
+    flags: &ServeArgs,
+    file: &ServeArgs,
+    data_dir: &std::path::Path,
+    cluster: bool,
+) -> Result<Option<TierConfig>, String> {
+    macro_rules! pick {
+        ($field:ident) => {
+            flags.$field.clone().or(file.$field.clone())
+        };
+    }
+    let url = match pick!(object_store) {
+        Some(url) if url == "none" => return Ok(None),
+        Some(url) => url,
+        None if cluster => return Ok(None),
+        None => {
+            let dir = std::path::absolute(data_dir.join("objects"))
+                .map_err(|e| format!("data directory {}: {e}", data_dir.display()))?;
+            format!("file://{}", dir.display())
+        }
+    };
+    let mut store = StoreConfig::new(url);
+    for option in pick!(object_store_option).unwrap_or_default() {
+        let (key, value) = option
+            .split_once('=')
+            .ok_or_else(|| format!("object store option {option:?} is not KEY=VALUE"))?;
+        store
+            .options
+            .push((key.trim().to_string(), value.trim().to_string()));
+    }
+    let mut tier = TierConfig::new(store);
+    if let Some(bytes) = pick!(tier_chunk_bytes) {
+        if bytes == 0 || bytes > runnel_tier::chunk::MAX_CHUNK_BYTES {
+            return Err("tier-chunk-bytes must be between 1 and 4294967295".into());
+        }
+        tier.chunk_bytes = bytes;
+    }
+    if let Some(secs) = pick!(tier_max_age_secs) {
+        tier.max_age = Duration::from_secs(secs);
+    }
+    if let Some(bytes) = pick!(hot_bytes) {
+        tier.hot_bytes = bytes;
+    }
+    if let Some(bytes) = pick!(max_untiered_bytes) {
+        tier.max_untiered_bytes = bytes;
+    }
+    if let Some(bytes) = pick!(cache_bytes) {
+        tier.cache_bytes = bytes;
+    }
+    if let Some(secs) = pick!(tier_gc_grace_secs) {
+        tier.gc_grace = Duration::from_secs(secs);
+    }
+    if let Some(secs) = pick!(tier_orphan_grace_secs) {
+        tier.orphan_grace = Duration::from_secs(secs);
+    }
+    if let Some(secs) = pick!(tier_sweep_interval_secs) {
+        tier.sweep_interval = Duration::from_secs(secs.max(1));
+    }
+    if let Some(ms) = pick!(tier_interval_ms) {
+        tier.interval = Duration::from_millis(ms.max(10));
+    }
+    Ok(Some(tier))
+}
+
 impl ServeArgs {
     /// Merges flags over the config file over defaults, and validates.
     pub fn resolve(self) -> Result<Settings, String> {
@@ -158,8 +276,16 @@ impl ServeArgs {
                 self.$field.or(file.$field)
             };
         }
-        let mut engine =
-            EngineConfig::new(pick!(data_dir).unwrap_or_else(|| PathBuf::from("runnel-data")));
+        let data_dir = self
+            .data_dir
+            .clone()
+            .or(file.data_dir.clone())
+            .unwrap_or_else(|| PathBuf::from("runnel-data"));
+        let clustered =
+            self.node_id.or(file.node_id).is_some() || self.peers.is_some() || file.peers.is_some();
+        let tier = tier_config(&self, &file, &data_dir, clustered)?;
+        let mut engine = EngineConfig::new(data_dir);
+        engine.tier = tier;
         let cluster = match (pick!(node_id), self.peers.or(file.peers)) {
             (None, None) => None,
             (Some(_), None) => return Err("--node-id needs --peers".into()),
@@ -264,11 +390,17 @@ impl ServeArgs {
                 .expect("peer addresses were parsed as socket addresses"),
             (None, None) => SocketAddr::from(([127, 0, 0, 1], 4437)),
         };
+        if self.restore && cluster.is_some() {
+            return Err(
+                "--restore is for a single node; a cluster member recovers from its peers".into(),
+            );
+        }
         Ok(Settings {
             listen,
             engine,
             server,
             cluster,
+            restore: self.restore,
         })
     }
 }

@@ -100,7 +100,10 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         let listener = listen(settings.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
         let node: Arc<dyn NodeEngine> = match &settings.cluster {
-            None => runnel_engine::Node::open(&settings.engine).map_err(|e| e.to_string())?,
+            None => {
+                restore(&settings).await?;
+                runnel_engine::Node::open(&settings.engine).map_err(|e| e.to_string())?
+            }
             Some(cluster) => {
                 let mut config = ClusterConfig::new(
                     settings.engine.clone(),
@@ -123,6 +126,23 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .await
             .map_err(|e| format!("server failed: {e}"))
     })
+}
+
+/// Restores an empty data directory from the object store's newest
+/// checkpoint, when asked to or when the store holds one.
+async fn restore(settings: &config::Settings) -> Result<(), String> {
+    let restored = runnel_engine::tier::backup::restore_node(&settings.engine, settings.restore)
+        .await
+        .map_err(|e| format!("restore: {e}"))?;
+    if let Some(r) = restored {
+        tracing::warn!(
+            checkpoint = %r.checkpoint,
+            streams = r.streams,
+            lost_bytes = r.lost_bytes,
+            "restored the data directory from the object store; untiered tails were lost"
+        );
+    }
+    Ok(())
 }
 
 async fn shutdown_signal() {

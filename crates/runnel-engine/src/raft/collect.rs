@@ -45,13 +45,27 @@ impl Collector {
     }
 
     /// Checkpoints every `interval`, or sooner once `bytes` of log were
-    /// written since the last one.
-    pub async fn run(self: Arc<Self>, interval: Duration, bytes: u64) {
+    /// written since the last one, or once the tierer freed log bytes.
+    pub async fn run(
+        self: Arc<Self>,
+        interval: Duration,
+        bytes: u64,
+        tiering: Option<Arc<crate::Tiering>>,
+    ) {
         let mut last = (tokio::time::Instant::now(), self.log.durable_position());
         loop {
-            tokio::time::sleep(Duration::from_secs(1).min(interval)).await;
+            let reclaim = async {
+                match &tiering {
+                    Some(t) => t.reclaim.notified().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let asked = tokio::select! {
+                _ = tokio::time::sleep(Duration::from_secs(1).min(interval)) => false,
+                _ = reclaim => true,
+            };
             let position = self.log.durable_position();
-            if last.0.elapsed() < interval && position.saturating_sub(last.1) < bytes {
+            if !asked && last.0.elapsed() < interval && position.saturating_sub(last.1) < bytes {
                 continue;
             }
             last = (tokio::time::Instant::now(), position);

@@ -238,6 +238,10 @@ impl MaintainedGroup for RaftGroup {
         self.leader() == Some(self.node_id)
     }
 
+    fn term(&self) -> u64 {
+        self.raft.metrics().borrow().current_term
+    }
+
     fn submit_entry(&self, entry: Entry) -> BoxFuture<'_, Result<Applied, EngineError>> {
         Box::pin(self.submit(entry))
     }

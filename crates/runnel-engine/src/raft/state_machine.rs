@@ -180,7 +180,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
     {
         // One list of proposals per Raft entry (blank and membership
         // entries carry none).
-        let mut decoded: Vec<Vec<Decoded>> = Vec::new();
+        let mut decoded: Vec<(u64, Vec<Decoded>)> = Vec::new();
         let mut durable_end = 0;
         let mut point = self.shared.applied.lock().expect("applied lock").clone();
         for raft_entry in entries {
@@ -232,7 +232,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
                     }
                 }
             }
-            decoded.push(batch);
+            decoded.push((log_id.leader_id.term, batch));
         }
         // A quorum may commit an entry before this node's own copy is
         // durable; reads serve bytes from the log, so wait for it.
@@ -245,11 +245,12 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
             *self.shared.applied.lock().expect("applied lock") = point;
             decoded
                 .into_iter()
-                .map(|batch| {
+                .map(|(term, batch)| {
+                    // Tiering commands are fenced to the entry's term.
                     ApplyOutcome(
                         batch
                             .into_iter()
-                            .map(|d| state.apply(&d.entry, d.data_len, d.data_loc))
+                            .map(|d| state.apply_in_term(&d.entry, d.data_len, d.data_loc, term))
                             .collect(),
                     )
                 })

@@ -15,11 +15,12 @@ use crate::error::ApiError;
 use crate::headers::names;
 use crate::AppState;
 
-pub fn get(app: AppState, name: String) -> Result<Response, ApiError> {
+pub async fn get(app: AppState, name: String) -> Result<Response, ApiError> {
     let bootstrap = app
         .node
         .engine_for(&name)
-        .bootstrap(&name, app.config.max_bootstrap_bytes)?;
+        .bootstrap(&name, app.config.max_bootstrap_bytes)
+        .await?;
     let plan = &bootstrap.plan;
     let info = &plan.tail.info;
     let snapshot_offset = plan.snapshot_offset().to_string();

@@ -162,7 +162,7 @@ async fn dispatch(app: AppState, target: Target, request: Request) -> Result<Res
             _ => Err(ApiError::MethodNotAllowed),
         },
         Target::Snapshot(name, offset) => snapshot::handle(app, name, offset, request).await,
-        Target::Bootstrap(name) if method == Method::GET => bootstrap::get(app, name),
+        Target::Bootstrap(name) if method == Method::GET => bootstrap::get(app, name).await,
         Target::Retention(name, offset) if method == Method::PUT => {
             snapshot::trim(app, name, offset).await
         }

@@ -54,7 +54,7 @@ pub async fn pin(app: AppState, name: String, request: Request) -> Result<Respon
     let Applied::Pinned { point } = app.node.propose(command).await? else {
         unreachable!("a pin answers Pinned");
     };
-    let material = app.node.engine_for(&name).fork_material(&name, point);
+    let material = app.node.engine_for(&name).fork_material(&name, point).await;
     let too_large = matches!(&material, Ok((m, _)) if m.data_len() > MAX_FORK_COPY_BYTES);
     if material.is_err() || too_large {
         let _ = app.node.propose(Command::Unpin { name, token }).await;

@@ -57,7 +57,7 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
     // share the buffer it was read into) goes first.
     drop(request);
     let engine = app.node.engine_for(&name);
-    let mut result = engine.read(&name, from, app.config.max_read_bytes)?;
+    let mut result = engine.read(&name, from, app.config.max_read_bytes).await?;
     if live == Live::LongPoll && result.body.is_empty() {
         match wait_for_data(engine, result.plan, &app).await? {
             Waited::Data(newer) => result = newer,
@@ -98,7 +98,9 @@ async fn wait_for_data(
     // Subscribe first, then look: a commit in between still wakes us.
     let mut changes = engine.subscribe(id);
     loop {
-        let result = engine.read_by_id(id, position, app.config.max_read_bytes)?;
+        let result = engine
+            .read_by_id(id, position, app.config.max_read_bytes)
+            .await?;
         if !result.body.is_empty() {
             return Ok(Waited::Data(result));
         }

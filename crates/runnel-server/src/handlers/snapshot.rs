@@ -32,7 +32,7 @@ pub async fn handle(
         .map(|o| parse_offset(&o).map_err(|e| ApiError::bad(format!("snapshot offset: {e}"))))
         .transpose()?;
     match (request.method().clone(), offset) {
-        (Method::GET, offset) => get(&app, &name, offset.map(|o| o.position())),
+        (Method::GET, offset) => get(&app, &name, offset.map(|o| o.position())).await,
         (Method::PUT, Some(offset)) => put(app, name, offset.position(), request).await,
         (Method::DELETE, Some(offset)) => {
             app.node
@@ -50,8 +50,8 @@ pub async fn handle(
     }
 }
 
-fn get(app: &AppState, name: &str, offset: Option<u64>) -> Result<Response, ApiError> {
-    let (snapshot, bytes) = app.node.engine_for(name).snapshot(name, offset)?;
+async fn get(app: &AppState, name: &str, offset: Option<u64>) -> Result<Response, ApiError> {
+    let (snapshot, bytes) = app.node.engine_for(name).snapshot(name, offset).await?;
     let mut headers = HeaderMap::new();
     headers.insert(
         http::header::CONTENT_TYPE,

@@ -32,7 +32,7 @@ pub async fn serve(
     let permit = super::admit_live_reader(&app)?;
     // Errors before the first byte are ordinary statuses.
     let engine = app.node.engine_for(&name);
-    let first = engine.read(&name, from, app.config.max_read_bytes)?;
+    let first = engine.read(&name, from, app.config.max_read_bytes).await?;
     let mut changes = engine.subscribe(first.plan.info.id);
     let seen = *changes.borrow_and_update();
     let kind = first.plan.info.kind;
@@ -142,7 +142,7 @@ impl Tail {
                 }
             }
             // Deleted or expired: end the connection; a reconnect gets 404/410.
-            let rendered = self.render()?;
+            let rendered = self.render().await?;
             self.position = rendered.next;
             // A render made before this connection's last wake-up may
             // predate the commit that woke it: read again rather than wait.
@@ -158,7 +158,7 @@ impl Tail {
     /// The events from the current position, rendered once per stream and
     /// position for every connection there (connections with their own
     /// cursor render for themselves).
-    fn render(&self) -> Option<Arc<Rendered>> {
+    async fn render(&self) -> Option<Arc<Rendered>> {
         let key = (self.id, self.position);
         let shareable = self.cursor.is_none();
         if shareable {
@@ -169,6 +169,7 @@ impl Tail {
         let engine = self.app.node.engine_for(&self.name);
         let result = engine
             .read_by_id(self.id, self.position, self.app.config.max_read_bytes)
+            .await
             .ok()?;
         let mut rendered = Rendered::of(&result, self.cursor.as_deref(), false);
         rendered.version = self.seen;

@@ -131,7 +131,7 @@ async fn lost_disk(seed: u64) -> bool {
         if group(n).raft().metrics().borrow().state == openraft::ServerState::Leader {
             elected = true;
             assert_eq!(
-                read_all(n, seed, i),
+                read_all(n, seed, i).await,
                 b"a;X;",
                 "seed {seed}: n{} was elected without X",
                 i + 1
@@ -153,7 +153,7 @@ async fn lost_disk(seed: u64) -> bool {
     converge(&sim, seed).await;
     for (i, n) in sim.alive().iter().enumerate() {
         assert_eq!(
-            read_all(n, seed, i),
+            read_all(n, seed, i).await,
             b"a;X;",
             "seed {seed}: n{} lost the acknowledged write",
             i + 1
@@ -165,10 +165,11 @@ async fn lost_disk(seed: u64) -> bool {
     !elected
 }
 
-fn read_all(node: &ClusterNode, seed: u64, i: usize) -> Vec<u8> {
+async fn read_all(node: &ClusterNode, seed: u64, i: usize) -> Vec<u8> {
     let read = node
         .engine_for(NAME)
         .read(NAME, ReadFrom::Start, u64::MAX)
+        .await
         .unwrap_or_else(|e| panic!("seed {seed}: n{} cannot read: {e}", i + 1));
     read.body.to_vec()
 }

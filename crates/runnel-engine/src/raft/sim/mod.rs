@@ -307,6 +307,7 @@ async fn reader(
         let Ok(read) = target
             .engine_for(&name)
             .read(&name, ReadFrom::Start, u64::MAX)
+            .await
         else {
             continue;
         };
@@ -464,7 +465,7 @@ async fn simulate(seed: u64) -> Vec<String> {
     }
     sim.note(format!("{} reads {reads}", at()));
     converge(&sim, seed).await;
-    check(&sim, seed, &acks);
+    check(&sim, seed, &acks).await;
     let trace = sim.trace.lock().unwrap().clone();
     for i in 0..NODES as usize {
         sim.crash(i).await;
@@ -500,7 +501,7 @@ async fn converge(sim: &Sim, seed: u64) {
     }
 }
 
-fn check(sim: &Sim, seed: u64, acks: &[Acks]) {
+async fn check(sim: &Sim, seed: u64, acks: &[Acks]) {
     for (stream, acked) in acks.iter().enumerate() {
         let name = format!("stream-{stream}");
         let mut replicas = Vec::new();
@@ -508,6 +509,7 @@ fn check(sim: &Sim, seed: u64, acks: &[Acks]) {
             let read = node
                 .engine_for(&name)
                 .read(&name, ReadFrom::Start, u64::MAX)
+                .await
                 .unwrap_or_else(|e| panic!("seed {seed}: {name} unreadable: {e}"));
             replicas.push(String::from_utf8(read.body.to_vec()).unwrap());
         }
