@@ -1,0 +1,346 @@
+//! What the writers append and how a stream read back is judged.
+//!
+//! Every append is a self-describing record, `<wWWWWWWsSSSSSSSSSlLLLL:` then
+//! `LLLL` letters derived from the writer and sequence number, then `>`,
+//! so a stream's bytes parse back into the list of appends it holds, and a
+//! byte that is lost, repeated, reordered or foreign shows as a parse error
+//! or as an append in the wrong place.
+//!
+//! The rules for a stream: every acknowledged append is there exactly once;
+//! an append whose answer never came (in doubt) is there at most once, and
+//! once a restart has shown it there or not there, it stays so; each
+//! writer's appends are in its order; nothing else is there; and an append
+//! acknowledged before another was sent comes before it.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+const HEADER_LEN: usize = 24;
+
+fn mix(mut x: u64) -> u64 {
+    // splitmix64
+    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    x ^ (x >> 31)
+}
+
+/// The bytes of append `seq` of `writer` (the same every time, so a retry
+/// sends the same body): 225 to 624 bytes. Writer ids below a million.
+pub fn payload(writer: u32, seq: u64) -> Vec<u8> {
+    let h = mix((u64::from(writer) << 40) ^ seq);
+    let len = 200 + (h % 400) as usize;
+    let mut out = format!("<w{writer:06}s{seq:09}l{len:04}:").into_bytes();
+    debug_assert_eq!(out.len(), HEADER_LEN);
+    let mut x = h;
+    for _ in 0..len {
+        x = mix(x);
+        out.push(b'a' + (x % 26) as u8);
+    }
+    out.push(b'>');
+    out
+}
+
+fn field(bytes: &[u8], tag: u8, digits: usize) -> Option<u64> {
+    if bytes.first() != Some(&tag) || bytes.len() < 1 + digits {
+        return None;
+    }
+    std::str::from_utf8(&bytes[1..1 + digits])
+        .ok()?
+        .parse()
+        .ok()
+}
+
+/// Splits a stream's bytes into the appends it holds, (writer, seq) in
+/// stream order, or says where the first byte that is no whole append is.
+pub fn parse(bytes: &[u8]) -> Result<Vec<(u32, u64)>, String> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        let rest = &bytes[at..];
+        let parsed = (rest.len() >= HEADER_LEN && rest[0] == b'<' && rest[HEADER_LEN - 1] == b':')
+            .then(|| Some((field(&rest[1..], b'w', 6)?, field(&rest[8..], b's', 9)?)))
+            .flatten();
+        let Some((writer, seq)) = parsed else {
+            return Err(format!("foreign bytes at offset {at}: {}", preview(rest)));
+        };
+        let want = payload(writer as u32, seq);
+        if !rest.starts_with(&want) {
+            return Err(format!(
+                "a damaged or partial append (writer {writer}, seq {seq}, {} bytes) at offset {at}: {}",
+                want.len(),
+                preview(rest)
+            ));
+        }
+        out.push((writer as u32, seq));
+        at += want.len();
+    }
+    Ok(out)
+}
+
+fn preview(bytes: &[u8]) -> String {
+    let head = &bytes[..bytes.len().min(48)];
+    format!("{:?}", String::from_utf8_lossy(head))
+}
+
+/// What is known of one append.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fate {
+    /// Answered with success: must be there.
+    Acked,
+    /// No answer, or an error: may be there (at most once).
+    InDoubt,
+    /// In doubt, and a restart showed it there: must stay.
+    Landed,
+    /// In doubt, and a restart showed it missing: must stay missing.
+    Missing,
+}
+
+#[derive(Clone, Debug)]
+pub struct Append {
+    pub sent: Instant,
+    pub acked: Option<Instant>,
+    pub fate: Fate,
+}
+
+/// One writer's history. Appends are numbered from 0 without gaps.
+#[derive(Debug)]
+pub struct Writer {
+    pub id: u32,
+    pub stream: String,
+    /// Sends `Producer-Id`/`-Epoch`/`-Seq` and retries in-doubt appends.
+    pub idempotent: bool,
+    pub appends: Vec<Append>,
+}
+
+impl Writer {
+    pub fn new(id: u32, stream: &str, idempotent: bool) -> Writer {
+        Writer {
+            id,
+            stream: stream.to_string(),
+            idempotent,
+            appends: Vec::new(),
+        }
+    }
+
+    pub fn acked(&self) -> usize {
+        self.appends
+            .iter()
+            .filter(|a| matches!(a.fate, Fate::Acked))
+            .count()
+    }
+
+    /// The in-doubt append an idempotent writer retries first (while the
+    /// same server runs).
+    pub fn pending(&self) -> Option<u64> {
+        let last = self.appends.last()?;
+        (self.idempotent && last.fate == Fate::InDoubt).then_some(self.appends.len() as u64 - 1)
+    }
+
+    /// After a restart settled its fate: whether an idempotent writer's
+    /// last append, never acknowledged, landed (`Some(true)`) or not.
+    pub fn needs_retry(&self) -> Option<bool> {
+        let last = self.appends.last()?;
+        match last.fate {
+            _ if !self.idempotent => None,
+            Fate::Landed => Some(true),
+            Fate::Missing => Some(false),
+            _ => None,
+        }
+    }
+}
+
+/// What checking one stream found.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub violations: Vec<String>,
+    /// In-doubt appends found there / found missing.
+    pub landed: usize,
+    pub missing: usize,
+    pub appends: usize,
+}
+
+/// Checks one stream's bytes against the histories of its writers, then
+/// records in the histories what this read settled (in-doubt appends
+/// become `Landed` or `Missing`).
+pub fn check_stream(stream: &str, bytes: &[u8], writers: &mut [&mut Writer]) -> Verdict {
+    let mut v = Verdict::default();
+    let order = match parse(bytes) {
+        Ok(order) => order,
+        Err(e) => {
+            v.violations.push(format!("stream {stream}: {e}"));
+            return v;
+        }
+    };
+    v.appends = order.len();
+    let index: HashMap<u32, usize> = writers.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
+    let mut seen: HashMap<(u32, u64), usize> = HashMap::new();
+    let mut last_seq: HashMap<u32, u64> = HashMap::new();
+    let mut latest_send: Option<(Instant, u32, u64)> = None;
+    for (pos, &(writer, seq)) in order.iter().enumerate() {
+        let Some(append) = index
+            .get(&writer)
+            .and_then(|&i| writers[i].appends.get(seq as usize))
+        else {
+            v.violations.push(format!("stream {stream}: append {pos} (writer {writer} seq {seq}) was never sent to this stream"));
+            continue;
+        };
+        if let Some(first) = seen.insert((writer, seq), pos) {
+            v.violations.push(format!("stream {stream}: writer {writer} seq {seq} is there twice (appends {first} and {pos})"));
+        }
+        if let Some(prev) = last_seq.insert(writer, seq) {
+            if prev >= seq {
+                v.violations.push(format!(
+                    "stream {stream}: writer {writer} seq {seq} comes after its seq {prev}"
+                ));
+            }
+        }
+        if append.fate == Fate::Missing {
+            v.violations.push(format!("stream {stream}: writer {writer} seq {seq} was missing after an earlier restart and is back"));
+        }
+        if let (Some(acked), Some((sent, w2, s2))) = (append.acked, latest_send) {
+            if sent > acked {
+                v.violations.push(format!("stream {stream}: writer {writer} seq {seq} was acknowledged before writer {w2} seq {s2} was sent, but comes after it"));
+            }
+        }
+        if latest_send.is_none_or(|(t, _, _)| append.sent > t) {
+            latest_send = Some((append.sent, writer, seq));
+        }
+    }
+    let mut lost = Vec::new();
+    for w in writers.iter_mut() {
+        for (seq, append) in w.appends.iter_mut().enumerate() {
+            let here = seen.contains_key(&(w.id, seq as u64));
+            match (append.fate, here) {
+                (Fate::Acked | Fate::Landed, false) => lost.push((w.id, seq, append.fate)),
+                (Fate::InDoubt, true) => {
+                    append.fate = Fate::Landed;
+                    v.landed += 1;
+                }
+                (Fate::InDoubt, false) => {
+                    append.fate = Fate::Missing;
+                    v.missing += 1;
+                }
+                _ => {}
+            }
+        }
+    }
+    if !lost.is_empty() {
+        let (w, s, fate) = lost[0];
+        let what = if fate == Fate::Acked {
+            "acknowledged"
+        } else {
+            "acknowledged or seen"
+        };
+        v.violations.push(format!(
+            "stream {stream}: {} {what} appends are missing (first: writer {w} seq {s}; the stream holds {} appends)",
+            lost.len(),
+            order.len()
+        ));
+    }
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn writer(id: u32, fates: &[Fate]) -> Writer {
+        static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        let now = *START.get_or_init(Instant::now);
+        Writer {
+            id,
+            stream: "s".into(),
+            idempotent: false,
+            appends: fates
+                .iter()
+                .map(|&fate| Append {
+                    sent: now,
+                    acked: (fate == Fate::Acked).then_some(now),
+                    fate,
+                })
+                .collect(),
+        }
+    }
+
+    fn bytes(appends: &[(u32, u64)]) -> Vec<u8> {
+        appends.iter().flat_map(|&(w, s)| payload(w, s)).collect()
+    }
+
+    #[test]
+    fn payloads_parse_back() {
+        let order = [(1, 0), (2, 0), (1, 1), (999_999, 123_456_789)];
+        assert_eq!(parse(&bytes(&order)).unwrap(), order);
+        let mut torn = bytes(&order);
+        torn.truncate(torn.len() - 1);
+        assert!(parse(&torn)
+            .unwrap_err()
+            .contains("partial append (writer 999999"));
+        assert!(parse(b"\0\0\0")
+            .unwrap_err()
+            .contains("foreign bytes at offset 0"));
+    }
+
+    #[test]
+    fn acked_must_be_there_and_in_doubt_at_most_once() {
+        use Fate::*;
+        let mut a = writer(1, &[Acked, Acked, InDoubt]);
+        let mut b = writer(2, &[Acked, InDoubt]);
+        let v = check_stream(
+            "s",
+            &bytes(&[(1, 0), (2, 0), (1, 1), (1, 2)]),
+            &mut [&mut a, &mut b],
+        );
+        assert!(v.violations.is_empty(), "{:?}", v.violations);
+        assert_eq!((v.landed, v.missing), (1, 1));
+        assert_eq!(a.appends[2].fate, Landed);
+        assert_eq!(b.appends[1].fate, Missing);
+
+        // The landed one must stay; the missing one must not come back.
+        let v = check_stream(
+            "s",
+            &bytes(&[(1, 0), (2, 0), (1, 1), (2, 1)]),
+            &mut [&mut a, &mut b],
+        );
+        assert_eq!(v.violations.len(), 2, "{:?}", v.violations);
+        assert!(v.violations[0].contains("missing after an earlier restart and is back"));
+        assert!(v.violations[1].contains("1 acknowledged or seen appends are missing"));
+    }
+
+    #[test]
+    fn loss_duplication_reordering_and_strangers_are_violations() {
+        use Fate::*;
+        let check = |order: &[(u32, u64)]| {
+            let mut a = writer(1, &[Acked, Acked]);
+            check_stream("s", &bytes(order), &mut [&mut a]).violations
+        };
+        assert!(check(&[(1, 0)])[0]
+            .contains("1 acknowledged appends are missing (first: writer 1 seq 1"));
+        assert!(check(&[(1, 0), (1, 1), (1, 1)])[0].contains("there twice"));
+        assert!(check(&[(1, 1), (1, 0)])[0].contains("comes after its seq 1"));
+        assert!(check(&[(1, 0), (1, 1), (7, 0)])[0].contains("never sent to this stream"));
+    }
+
+    #[test]
+    fn an_append_acknowledged_before_another_was_sent_comes_first() {
+        let t0 = Instant::now();
+        let t1 = t0 + std::time::Duration::from_millis(5);
+        let t2 = t0 + std::time::Duration::from_millis(10);
+        let mut a = writer(1, &[Fate::Acked]);
+        a.appends[0] = Append {
+            sent: t0,
+            acked: Some(t1),
+            fate: Fate::Acked,
+        };
+        let mut b = writer(2, &[Fate::Acked]);
+        b.appends[0] = Append {
+            sent: t2,
+            acked: Some(t2),
+            fate: Fate::Acked,
+        };
+        let ok = check_stream("s", &bytes(&[(1, 0), (2, 0)]), &mut [&mut a, &mut b]);
+        assert!(ok.violations.is_empty());
+        let bad = check_stream("s", &bytes(&[(2, 0), (1, 0)]), &mut [&mut a, &mut b]);
+        assert!(bad.violations[0].contains("acknowledged before writer 2 seq 0 was sent"));
+    }
+}
