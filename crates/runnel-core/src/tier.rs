@@ -181,6 +181,8 @@ pub struct TierTotals {
     pub hot_bytes: u64,
     pub cold_bytes: u64,
     pub cold_chunks: u64,
+    /// Snapshots stored as objects.
+    pub cold_snapshots: u64,
     pub doomed: u64,
 }
 
@@ -437,10 +439,17 @@ impl StreamsState {
 
     /// Tiered and untiered bytes of the group.
     pub fn tier_totals(&self) -> TierTotals {
+        let cold_snapshots = self
+            .streams
+            .values()
+            .flat_map(|s| s.snapshots.values().chain(s.server_snapshot.iter()))
+            .filter(|snap| matches!(snap.placement, Placement::Object(_)))
+            .count() as u64;
         TierTotals {
             hot_bytes: self.hot_bytes,
             cold_bytes: self.cold_bytes,
             cold_chunks: self.streams.values().map(|s| s.cold.len() as u64).sum(),
+            cold_snapshots,
             doomed: self.doomed.items.len() as u64,
         }
     }

@@ -670,6 +670,9 @@ impl NodeEngine for ClusterNode {
     }
 
     fn status(&self) -> serde_json::Value {
+        if let Some(tiering) = &self.tiering {
+            tier::uploader::count_totals(&self.groups, tiering);
+        }
         let groups: Vec<GroupStatus> = self
             .groups
             .iter()

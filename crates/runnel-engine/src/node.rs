@@ -323,6 +323,9 @@ impl NodeEngine for Node {
     }
 
     fn status(&self) -> serde_json::Value {
+        if let Some(tiering) = &self.tiering {
+            tier::uploader::count_totals(&self.groups, tiering);
+        }
         serde_json::json!({
             "mode": "single",
             "groups": self.groups.len(),
@@ -485,6 +488,8 @@ async fn checkpoint_once(
     log: &Arc<Log>,
     tiering: Option<&Tiering>,
 ) -> Result<u64, String> {
+    // Progress as of before the checkpoint: what the backup shows at least.
+    let progress = tiering.map(tier::progress);
     let (dir_owned, groups_owned, log_owned) =
         (dir.to_path_buf(), groups.to_vec(), Arc::clone(log));
     let done = tokio::task::spawn_blocking(move || {
@@ -492,8 +497,8 @@ async fn checkpoint_once(
     })
     .await
     .map_err(|e| e.to_string())??;
-    if let Some(tiering) = tiering.filter(|t| t.config.backup) {
-        tier::backup::upload(tiering, done.file, done.doomed_next)
+    if let (Some(tiering), Some(progress)) = (tiering.filter(|t| t.config.backup), progress) {
+        tier::backup::upload(tiering, done.file, done.doomed_next, progress)
             .await
             .map_err(|e| format!("backing up the checkpoint: {e}"))?;
     }
@@ -533,7 +538,7 @@ pub(crate) fn check_meta(dir: &Path, expected: &str) -> Result<(), OpenError> {
         path: dir.to_path_buf(),
         source,
     };
-    std::fs::create_dir_all(dir).map_err(io)?;
+    runnel_log::create_dir_durable(dir).map_err(io)?;
     let path = dir.join(META_FILE);
     match std::fs::read_to_string(&path) {
         Ok(found) if found == expected => Ok(()),

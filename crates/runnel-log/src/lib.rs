@@ -30,6 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use frame::HEADER_LEN;
+pub use segment::create_dir_durable;
 pub use sync_stats::SyncStats;
 
 /// When appends are made durable.
@@ -207,7 +208,8 @@ impl Log {
         listener: DurabilityListener,
         mut on_record: impl FnMut(RecoveredRecord<'_>) -> Result<(), LogError>,
     ) -> Result<Log, LogError> {
-        std::fs::create_dir_all(dir).map_err(|e| LogError::io("creating the log directory", e))?;
+        segment::create_dir_durable(dir)
+            .map_err(|e| LogError::io("creating the log directory", e))?;
         let bases = segment::list(dir)?;
         spare::remove_leftover(dir)?;
         let mut segments = BTreeMap::new();
@@ -258,14 +260,14 @@ impl Log {
                     .map_err(|e| LogError::io("truncating a torn segment", e))?;
                 cut = true;
             }
-            segments.insert(
-                base,
-                Arc::new(Segment::new(
-                    segment::open_rw(&path, false)?,
-                    map_len(&options),
-                )),
-            );
+            let file = segment::open_rw(&path, false)?;
+            let segment = Segment::sealed(file, map_len(&options), scan.valid_len);
+            segments.insert(base, Arc::new(segment));
             end = base + scan.valid_len;
+        }
+        // The last segment is the one appends continue in.
+        if let Some(last) = segments.values_mut().next_back() {
+            Arc::get_mut(last).expect("not shared yet").unseal();
         }
         if segments.is_empty() {
             let file = segment::open_rw(&segment::path_for(dir, end), true)?;

@@ -46,6 +46,26 @@ pub fn list(dir: &Path) -> Result<Vec<u64>, LogError> {
     Ok(bases)
 }
 
+/// Creates `dir` and any missing parents, and fsyncs the parent of each
+/// directory it created, so the new entries survive a power loss.
+pub fn create_dir_durable(dir: &Path) -> io::Result<()> {
+    let mut missing = Vec::new();
+    let mut at = Some(dir);
+    while let Some(d) = at.filter(|d| !d.as_os_str().is_empty() && !d.exists()) {
+        missing.push(d.to_path_buf());
+        at = d.parent();
+    }
+    fs::create_dir_all(dir)?;
+    for created in missing {
+        let parent = created
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        File::open(parent)?.sync_all()?;
+    }
+    Ok(())
+}
+
 /// Fsyncs a directory so that created, renamed or removed entries persist.
 pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
     File::open(dir)
@@ -138,6 +158,10 @@ pub fn scan(
 pub struct Segment {
     pub file: Arc<File>,
     map: Option<Mapping>,
+    /// A sealed segment's length: reads past it are refused rather than
+    /// touching the mapping (a page past the end of a mapped file faults
+    /// with SIGBUS). `None` for the segment being written.
+    sealed_len: Option<u64>,
 }
 
 impl Segment {
@@ -152,11 +176,35 @@ impl Segment {
         Segment {
             file: Arc::new(file),
             map,
+            sealed_len: None,
         }
+    }
+
+    /// A recovered segment that is no longer written, of `len` bytes.
+    pub fn sealed(file: File, map_len: u64, len: u64) -> Segment {
+        Segment {
+            sealed_len: Some(len),
+            ..Segment::new(file, map_len)
+        }
+    }
+
+    /// Lets the segment grow again (the log appends to it).
+    pub fn unseal(&mut self) {
+        self.sealed_len = None;
     }
 
     /// Reads exactly `buf.len()` bytes at `offset`.
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        if let Some(len) = self.sealed_len {
+            if offset.saturating_add(buf.len() as u64) > len {
+                // The state points past what the file holds (it lost
+                // bytes it was never told were synced).
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("read of {} bytes at {offset} past the segment's {len} bytes", buf.len()),
+                ));
+            }
+        }
         if let Some(map) = &self.map {
             if let Some(bytes) = map.get(offset, buf.len()) {
                 buf.copy_from_slice(bytes);

@@ -44,6 +44,14 @@ pub struct StoreConfig {
 }
 
 impl StoreConfig {
+    /// The directory a `file://` URL names.
+    pub fn local_dir(&self) -> Option<std::path::PathBuf> {
+        url::Url::parse(&self.url)
+            .ok()
+            .filter(|u| u.scheme() == "file")
+            .and_then(|u| u.to_file_path().ok())
+    }
+
     pub fn new(url: impl Into<String>) -> StoreConfig {
         StoreConfig {
             url: url.into(),

@@ -143,6 +143,18 @@ pub struct ServeArgs {
     /// Milliseconds between the tierer's passes [default: 1000].
     #[arg(long)]
     pub tier_interval_ms: Option<u64>,
+    /// Objects larger than this are uploaded in parts of this size (at
+    /// least 5 MiB) [default: 16777216].
+    #[arg(long)]
+    pub tier_part_bytes: Option<u64>,
+    /// Longest one object store call may take, retries included, in ms
+    /// [default: 30000].
+    #[arg(long)]
+    pub object_store_timeout_ms: Option<u64>,
+    /// Seconds between checkpoint backups while tiering makes progress
+    /// (single node) [default: 30].
+    #[arg(long)]
+    pub tier_backup_interval_secs: Option<u64>,
     /// Start an empty data directory from the newest checkpoint backed up
     /// in the object store (single node). Without it, an empty data
     /// directory is restored on its own when the store holds a backup.
@@ -225,7 +237,16 @@ fn tier_config(
             .options
             .push((key.trim().to_string(), value.trim().to_string()));
     }
+    if let Some(bytes) = pick!(tier_part_bytes) {
+        store.multipart_part_bytes = bytes.max(5 << 20);
+    }
+    if let Some(ms) = pick!(object_store_timeout_ms) {
+        store.call_timeout = Duration::from_millis(ms.max(100));
+    }
     let mut tier = TierConfig::new(store);
+    if let Some(secs) = pick!(tier_backup_interval_secs) {
+        tier.backup_interval = Duration::from_secs(secs);
+    }
     if let Some(bytes) = pick!(tier_chunk_bytes) {
         if bytes == 0 || bytes > runnel_tier::chunk::MAX_CHUNK_BYTES {
             return Err("tier-chunk-bytes must be between 1 and 4294967295".into());

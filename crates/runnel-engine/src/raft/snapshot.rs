@@ -102,7 +102,7 @@ pub fn store(data_dir: &Path, group: u32, file: &SnapshotFile) -> std::io::Resul
     let crc = crc32c::crc32c(&bytes);
     bytes.extend_from_slice(&crc.to_le_bytes());
     let dir = dir(data_dir);
-    std::fs::create_dir_all(&dir)?;
+    runnel_log::create_dir_durable(&dir)?;
     let final_path = path(data_dir, group);
     let tmp = final_path.with_extension("tmp");
     std::fs::write(&tmp, &bytes)?;

@@ -42,6 +42,7 @@ pub(crate) async fn upload(
     tiering: &Tiering,
     file: Vec<u8>,
     doomed_next: Vec<u64>,
+    progress: (u64, u64, u64),
 ) -> Result<(), String> {
     let existing = list(&tiering.store).await?;
     let sequence = existing
@@ -58,7 +59,7 @@ pub(crate) async fn upload(
         .put_new(&id.path(), Bytes::from(file), |_| {})
         .await
         .map_err(|e| format!("uploading checkpoint {}: {e}", id.path()))?;
-    tiering.set_backed_up(doomed_next);
+    tiering.set_backed_up(doomed_next, progress);
     tiering
         .stats
         .backups_uploaded
@@ -121,7 +122,7 @@ pub async fn restore(
             }
         })
         .collect();
-    std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+    runnel_log::create_dir_durable(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     checkpoint::store(dir, &checkpoint::encode(&captured))
         .map_err(|e| format!("writing the restored checkpoint: {e}"))?;
     Ok(Some(Restored {

@@ -104,6 +104,11 @@ pub struct TierStats {
     /// Untiered bytes of the node, as last counted.
     pub untiered_bytes: AtomicU64,
     pub tiered_bytes: AtomicU64,
+    /// Objects the node's state names, as last counted: chunk
+    /// references, snapshots in objects, queued deletions.
+    pub cold_chunks: AtomicU64,
+    pub cold_snapshots: AtomicU64,
+    pub objects_queued_for_deletion: AtomicU64,
 }
 
 /// A node's tiering: its store, cache, settings and counters, shared by
@@ -122,11 +127,19 @@ pub struct Tiering {
     /// the newest backed-up checkpoint's past (see [`backup`]); `None`
     /// until a backup exists or when backups are off.
     backed_up: Mutex<Vec<Option<u64>>>,
+    /// Tiering's progress when the newest backup's checkpoint was taken.
+    backup_progress: Mutex<Option<(u64, u64, u64)>>,
 }
 
 impl Tiering {
     /// Opens the store a configuration names.
     pub fn open(config: TierConfig, node_id: u64, groups: usize) -> Result<Arc<Tiering>, String> {
+        // A local store's root must survive a power loss like the log's.
+        if let Some(dir) = config.store.local_dir() {
+            runnel_log::create_dir_durable(&dir).map_err(|e| {
+                format!("creating the object store directory {}: {e}", dir.display())
+            })?;
+        }
         let store = Arc::new(TierStore::open(&config.store).map_err(|e| e.to_string())?);
         Ok(Tiering::with_store(config, store, node_id, groups))
     }
@@ -146,6 +159,7 @@ impl Tiering {
             last_error: Mutex::new(None),
             reclaim: Notify::new(),
             backed_up: Mutex::new(vec![None; groups]),
+            backup_progress: Mutex::new(None),
             config,
         })
     }
@@ -181,6 +195,9 @@ impl Tiering {
             "object_store": self.store.describe(),
             "untiered_bytes": load(&s.untiered_bytes),
             "tiered_bytes": load(&s.tiered_bytes),
+            "tiered_chunks": load(&s.cold_chunks),
+            "tiered_snapshots": load(&s.cold_snapshots),
+            "objects_queued_for_deletion": load(&s.objects_queued_for_deletion),
             "max_untiered_bytes": self.config.max_untiered_bytes,
             "backlog_full": self.over_backlog().is_some(),
             "chunks_uploaded": load(&s.chunks_uploaded),
@@ -191,6 +208,8 @@ impl Tiering {
             "objects_deleted": load(&s.objects_deleted),
             "orphans_swept": load(&s.orphans_swept),
             "backups_uploaded": load(&s.backups_uploaded),
+            "backup_current": self.config.backup
+                && *self.backup_progress.lock().expect("backup lock") == Some(progress(self)),
             "read_failures": load(&s.read_failures),
             "store_errors": load(&store.errors),
             "store_gets": load(&store.gets),
@@ -206,7 +225,8 @@ impl Tiering {
         self.backed_up.lock().expect("backup lock")[group as usize]
     }
 
-    fn set_backed_up(&self, floors: Vec<u64>) {
+    fn set_backed_up(&self, floors: Vec<u64>, progress: (u64, u64, u64)) {
+        *self.backup_progress.lock().expect("backup lock") = Some(progress);
         let mut backed = self.backed_up.lock().expect("backup lock");
         for (slot, floor) in backed.iter_mut().zip(floors) {
             *slot = Some(floor);

@@ -89,14 +89,25 @@ pub(crate) async fn run<G: MaintainedGroup + ?Sized>(
 /// Adds up the untiered and tiered bytes of every group (what the write
 /// back-pressure and status read).
 pub(crate) fn count_totals<G: MaintainedGroup + ?Sized>(groups: &[Arc<G>], tiering: &Tiering) {
-    let (mut hot, mut cold) = (0, 0);
+    let mut sum = runnel_core::TierTotals::default();
     for group in groups {
         let totals = group.view().with_state(|s| s.tier_totals());
-        hot += totals.hot_bytes;
-        cold += totals.cold_bytes;
+        sum.hot_bytes += totals.hot_bytes;
+        sum.cold_bytes += totals.cold_bytes;
+        sum.cold_chunks += totals.cold_chunks;
+        sum.cold_snapshots += totals.cold_snapshots;
+        sum.doomed += totals.doomed;
     }
-    tiering.stats.untiered_bytes.store(hot, Ordering::Relaxed);
-    tiering.stats.tiered_bytes.store(cold, Ordering::Relaxed);
+    let stats = &tiering.stats;
+    stats.untiered_bytes.store(sum.hot_bytes, Ordering::Relaxed);
+    stats.tiered_bytes.store(sum.cold_bytes, Ordering::Relaxed);
+    stats.cold_chunks.store(sum.cold_chunks, Ordering::Relaxed);
+    stats
+        .cold_snapshots
+        .store(sum.cold_snapshots, Ordering::Relaxed);
+    stats
+        .objects_queued_for_deletion
+        .store(sum.doomed, Ordering::Relaxed);
 }
 
 /// One pass over one group: tiers what is due; returns the bytes tiered.

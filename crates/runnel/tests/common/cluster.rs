@@ -10,6 +10,8 @@ pub struct Cluster {
     peers: String,
     extra: Vec<String>,
     children: Vec<Option<Child>>,
+    /// Extra environment of each node's next start.
+    env: Vec<Vec<(String, String)>>,
 }
 
 /// Where node `i` of the cluster with data in `dir` logs:
@@ -47,6 +49,7 @@ impl Cluster {
             peers,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             children: (0..nodes).map(|_| None).collect(),
+            env: vec![Vec::new(); nodes],
         };
         for i in 0..nodes {
             cluster.spawn(i);
@@ -92,11 +95,31 @@ impl Cluster {
                 "RUNNEL_LOG",
                 std::env::var("CLUSTER_TEST_LOG").unwrap_or("error,openraft=off".into()),
             )
+            .envs(self.env[i].iter().map(|(k, v)| (k, v)))
             .stdout(Stdio::null())
             .stderr(node_log(&self.dir, i))
             .spawn()
             .expect("runnel binary starts");
         self.children[i] = Some(child);
+    }
+
+    /// Sets environment variables of node `i`'s next start.
+    pub fn set_env(&mut self, i: usize, env: &[(&str, &str)]) {
+        self.env[i] = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+    }
+
+    /// Whether node `i` ended by itself (it is then no longer running).
+    pub fn exited(&mut self, i: usize) -> bool {
+        let gone = self.children[i]
+            .as_mut()
+            .is_some_and(|c| c.try_wait().expect("try_wait").is_some());
+        if gone {
+            self.children[i] = None;
+        }
+        gone
     }
 
     pub fn base(&self, i: usize) -> String {

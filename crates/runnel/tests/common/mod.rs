@@ -2,6 +2,8 @@
 
 #[allow(dead_code)] // only the cluster tests start clusters
 pub mod cluster;
+#[allow(dead_code)] // only the tiering tests need an S3 server
+pub mod s3;
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -58,6 +60,16 @@ impl Server {
     /// waits until it answers /health.
     #[allow(dead_code)] // the cluster tests start no single server
     pub async fn start(data_dir: &Path, extra: &[&str]) -> Server {
+        Server::start_with(data_dir, extra, &[]).await
+    }
+
+    /// [`Server::start`] with more environment variables.
+    #[allow(dead_code)] // not every test binary sets any
+    pub async fn start_with<S: AsRef<std::ffi::OsStr>>(
+        data_dir: &Path,
+        extra: &[S],
+        env: &[(&str, &str)],
+    ) -> Server {
         let port = reserve_ports(1);
         let child = Command::new(env!("CARGO_BIN_EXE_runnel"))
             .arg("serve")
@@ -67,6 +79,7 @@ impl Server {
             .arg(data_dir)
             .args(extra)
             .env("RUNNEL_LOG", "warn")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
             .spawn()
@@ -116,6 +129,28 @@ impl Server {
     pub fn kill(&mut self) {
         self.child.kill().expect("kill");
         self.child.wait().expect("reap");
+    }
+
+    /// Whether the process ended by itself within `timeout`.
+    #[allow(dead_code)] // only the failpoint tests wait for a death
+    pub async fn exits_within(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.child.try_wait().expect("try_wait").is_some() {
+                return true;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        false
+    }
+
+    /// `/_runnel/status`.
+    #[allow(dead_code)] // not every test binary reads the status
+    pub async fn status(&self) -> serde_json::Value {
+        let r = reqwest::get(format!("{}/_runnel/status", self.base))
+            .await
+            .expect("status answers");
+        serde_json::from_slice(&r.bytes().await.unwrap()).expect("status is JSON")
     }
 }
 

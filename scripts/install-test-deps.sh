@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs what the tests need beyond the Rust toolchain, pinned:
+# - moto's S3-compatible server (scripts/requirements-test.txt) in a
+#   virtualenv at target/test-venv, for the tiering tests;
+# - the conformance suite's npm packages (conformance/package-lock.json).
+# Re-running it is cheap: each part is skipped when already installed at
+# the pinned versions.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+
+venv=$root/target/test-venv
+requirements=$root/scripts/requirements-test.txt
+if [ ! -x "$venv/bin/moto_server" ] || ! cmp -s "$requirements" "$venv/.installed-requirements"; then
+  echo "== installing moto (S3 test server) into $venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+  cp "$requirements" "$venv/.installed-requirements"
+fi
+
+(cd "$root/conformance" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
