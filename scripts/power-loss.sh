@@ -19,7 +19,7 @@
 #
 # Environment: CYCLES (default 100), SEED (default: the clock; printed),
 # FAULTFS_ARGS (more options for `runnel-faultfs power-loss`, e.g.
-# "--no-wait-log-dir", see `runnel-faultfs power-loss --help`),
+# "--cycle-timeout-secs 60", see `runnel-faultfs power-loss --help`),
 # FAULTFS_BIN (a built runnel-faultfs; default: cargo build --release),
 # KEEP_WORKDIR=1 (keep the logs of a passing run too).
 #

@@ -1,21 +1,52 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of the project: formatting and lints, the
-# Rust unit, property, integration and crash tests, and the Durable
-# Streams conformance suite against the release binary.
-# Needs: a Rust toolchain (rustup), Node.js with npm, python3, curl.
+# Rust unit, property, integration and crash tests (the tiering tests
+# against moto's S3 server), the Durable Streams conformance suite against
+# the release binary (single node and cluster, with tiering forced on tiny
+# thresholds), and the power-loss and IO-error tests on runnel-faultfs.
+# Needs: a Rust toolchain (rustup), Node.js with npm, python3, curl; root
+# and /dev/fuse for the power-loss tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 
+echo "== installing test dependencies"
+scripts/install-test-deps.sh
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --release --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --release --workspace --locked
-echo "== conformance suite"
 # cargo test built the release binary for the end-to-end tests; reuse it.
 [ -x target/release/runnel ] || cargo build --release --locked -p runnel
-scripts/conformance.sh "$root/target/release/runnel"
-echo "== conformance suite through a 3-node cluster"
-scripts/conformance.sh "$root/target/release/runnel" --cluster
+bin=$root/target/release/runnel
+
+# Tiering on thresholds so small that most reads cross from tiered
+# history into the log: every append is its own chunk, tiered at once.
+tiny_tiers=(--tier-chunk-bytes 1 --tier-max-age-secs 0 --tier-interval-ms 20)
+echo "== conformance suite (tiering every append)"
+scripts/conformance.sh "$bin" -- "${tiny_tiers[@]}"
+echo "== conformance suite through a 3-node cluster (tiering every append to a shared store)"
+scripts/conformance.sh "$bin" --cluster -- --object-store 'file://{data}/objects' "${tiny_tiers[@]}"
+
+# Power loss: checkpoints, segment rolls, preallocation and tiered-chunk
+# reclaim all happen during the cycles.
+power_tiers=(--tier-chunk-bytes 4096 --tier-max-age-secs 1 --tier-interval-ms 100
+  --tier-gc-grace-secs 1 --hot-bytes 2000000)
+echo "== power-loss cycles"
+CYCLES=${POWER_LOSS_CYCLES:-20} scripts/power-loss.sh "$bin" "${power_tiers[@]}"
+echo "== power-loss cycles must catch a server that never fsyncs"
+never_log=$(mktemp)
+status=0
+CYCLES=3 scripts/power-loss.sh "$bin" --sync never >"$never_log" 2>&1 || status=$?
+# It must fail by finding lost data, not by failing to run.
+if [ "$status" = 0 ] || ! grep -q "VIOLATION" "$never_log"; then
+  tail -5 "$never_log"
+  echo "test.sh: the power-loss test did not catch --sync never (exit $status)" >&2
+  exit 1
+fi
+grep -m1 "VIOLATION" "$never_log"
+rm -f "$never_log"
+echo "== IO errors"
+scripts/io-errors.sh "$bin"

@@ -223,6 +223,17 @@ impl Filesystem for FaultFs {
         entry(reply, result);
     }
 
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        entry(reply, self.model().link(ino.0, newparent.0, newname));
+    }
+
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         empty(reply, self.model().unlink(parent.0, name));
     }

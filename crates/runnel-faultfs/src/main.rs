@@ -75,14 +75,16 @@ enum Cmd {
         /// checkpoints compact and delete segments).
         #[arg(long, default_value_t = 12)]
         ephemeral_writers: usize,
-        /// Let the server create its data directory (it does not fsync
-        /// the parent: the first power cut then loses everything).
+        /// Create the data directory (and sync its parent) for the server,
+        /// for servers that create it without syncing the parent (Runnel
+        /// before it synced new directories lost everything at the first
+        /// cut without this).
         #[arg(long)]
-        no_prepare_data_dir: bool,
-        /// Start cutting power before the server's log directory is durable
-        /// (it becomes so at the first checkpoint).
+        prepare_data_dir: bool,
+        /// Cut power only once the server's log directory is durable, for
+        /// servers that create it without syncing the data directory.
         #[arg(long)]
-        no_wait_log_dir: bool,
+        wait_log_dir: bool,
         #[arg(long, default_value_t = 120)]
         cycle_timeout_secs: u64,
     },
@@ -164,8 +166,8 @@ fn main() {
             torn_percent,
             pause_ms,
             ephemeral_writers,
-            no_prepare_data_dir,
-            no_wait_log_dir,
+            prepare_data_dir,
+            wait_log_dir,
             cycle_timeout_secs,
         } => {
             let seed = seed.unwrap_or_else(|| {
@@ -182,8 +184,8 @@ fn main() {
                 torn_percent: torn_percent.min(100),
                 pause: Duration::from_millis(pause_ms),
                 ephemeral_writers,
-                prepare_data_dir: !no_prepare_data_dir,
-                wait_log_dir: !no_wait_log_dir,
+                prepare_data_dir,
+                wait_log_dir,
                 cycle_timeout: Duration::from_secs(cycle_timeout_secs),
             };
             exit_code(runtime().block_on(power_loss::run(opts)))

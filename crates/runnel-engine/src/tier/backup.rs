@@ -161,6 +161,15 @@ pub async fn restore_node(
             Ok(None)
         };
     }
+    // A local store that does not exist holds no backup (and opening it
+    // would create it, and the data directory around it, unsynced).
+    if tier.store.local_dir().is_some_and(|d| !d.exists()) {
+        return if force {
+            Err(format!("--restore: {} does not exist", tier.store.url))
+        } else {
+            Ok(None)
+        };
+    }
     let store = TierStore::open(&tier.store).map_err(|e| e.to_string())?;
     let restored = restore(&store, dir, config.groups.max(1) as usize).await?;
     match (&restored, force) {

@@ -29,6 +29,21 @@ pub fn stream_url(base: &str, stream: &str) -> String {
 }
 
 /// `PUT`s a byte stream; the status, or the transport error.
+/// What the server says it has tiered (chunks, bytes), when it tiers.
+pub async fn tiered(client: &Client, base: &str) -> Option<(u64, u64)> {
+    let r = client
+        .get(format!("{base}/_runnel/status"))
+        .send()
+        .await
+        .ok()?;
+    let status: serde_json::Value = serde_json::from_slice(&r.bytes().await.ok()?).ok()?;
+    let tiering = status.get("tiering")?;
+    Some((
+        tiering.get("tiered_chunks")?.as_u64()?,
+        tiering.get("tiered_bytes")?.as_u64()?,
+    ))
+}
+
 pub async fn create(client: &Client, base: &str, stream: &str) -> Result<StatusCode, String> {
     client
         .put(stream_url(base, stream))

@@ -46,12 +46,11 @@ pub struct Options {
     /// their live bytes forward and delete them.
     pub ephemeral_writers: usize,
     /// Create the data directory and fsync its parent before the first
-    /// start (the server creates it when missing but never fsyncs the
-    /// parent, so without this the first cut loses everything).
+    /// start, instead of leaving that to the server (for servers that do
+    /// not sync new directories).
     pub prepare_data_dir: bool,
     /// Wait until the server's log directory is durable before the first
-    /// cut (the server creates `log/` without fsyncing the data directory;
-    /// its first checkpoint does that).
+    /// cut (for servers that do not sync new directories).
     pub wait_log_dir: bool,
     /// A cycle that takes longer fails.
     pub cycle_timeout: Duration,
@@ -195,8 +194,6 @@ impl Run {
         let server = Server::start(&target.spec(), &self.client, "first start").await?;
         self.server = Some(server);
         if self.opts.wait_log_dir {
-            // The server creates log/ without fsyncing data/; its first
-            // checkpoint fsyncs data/. Until then a power cut loses log/.
             let limit = Duration::from_secs(30);
             if !super::wait_durable(&target.control, "/data/log", limit).await? {
                 println!("power-loss: warning: /data/log was still not durable after {limit:?}");
@@ -380,8 +377,12 @@ impl Run {
         }
         self.landed += verified.landed;
         self.missing += verified.missing;
+        let tiered = match client::tiered(&self.client, &base).await {
+            Some((chunks, bytes)) => format!("; tiered {chunks} chunks, {} KiB", bytes / 1024),
+            None => String::new(),
+        };
         let line = format!(
-            "wrote {write_ms} ms, {acked} acked, in doubt {} landed / {} not; cut {}; restart {restart:.2}s; read back {} KiB",
+            "wrote {write_ms} ms, {acked} acked, in doubt {} landed / {} not; cut {}; restart {restart:.2}s; read back {} KiB{tiered}",
             verified.landed,
             verified.missing,
             describe_cut(&cut),

@@ -590,6 +590,31 @@ impl Model {
         self.collect(ino);
     }
 
+    /// Gives a file another name (`link(2)`; the local object store puts
+    /// create-only objects this way). Like any new entry, it is durable
+    /// once its directory is fsynced. Counts a kernel reference.
+    pub fn link(&mut self, ino: Ino, new_parent: Ino, new_name: &OsStr) -> Result<Attr> {
+        self.alive()?;
+        if self.inode(ino)?.kind() == Kind::Dir {
+            return Err(libc::EPERM);
+        }
+        if self.dir(new_parent)?.entries.contains_key(new_name) {
+            return Err(libc::EEXIST);
+        }
+        self.dir_mut(new_parent)?
+            .entries
+            .insert(new_name.to_owned(), ino);
+        let now = SystemTime::now();
+        self.inode_mut(new_parent)?.mtime = now;
+        let inode = self.inode_mut(ino)?;
+        inode.nlink += 1;
+        inode.parent = new_parent;
+        inode.name = new_name.to_owned();
+        inode.ctime = now;
+        inode.lookups += 1;
+        self.attr(ino)
+    }
+
     pub fn unlink(&mut self, parent: Ino, name: &OsStr) -> Result<()> {
         self.remove_entry(parent, name, Kind::File)
     }

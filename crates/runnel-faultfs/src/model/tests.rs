@@ -136,6 +136,34 @@ fn a_rename_is_undone_unless_the_directory_is_synced() {
 }
 
 #[test]
+fn a_hard_link_is_a_new_entry_durable_with_its_directory() {
+    // Create-only publish: write a staging file, sync it, link it under
+    // its name, drop the staging name, sync the directory.
+    let mut m = model();
+    let staged = create(&mut m, ROOT, "staged");
+    m.write(staged, 0, b"object").unwrap();
+    m.fsync(staged).unwrap();
+    m.link(staged, ROOT, name("final")).unwrap();
+    assert_eq!(m.link(staged, ROOT, name("final")).err(), Some(libc::EEXIST));
+    m.unlink(ROOT, name("staged")).unwrap();
+    let report = cut(&mut m);
+    assert_eq!(m.resolve("/final"), None, "the directory was not synced");
+    assert_eq!(report.lost_paths, vec!["/final".to_string()]);
+
+    let staged = create(&mut m, ROOT, "staged");
+    m.write(staged, 0, b"object").unwrap();
+    m.fsync(staged).unwrap();
+    m.link(staged, ROOT, name("final")).unwrap();
+    m.unlink(ROOT, name("staged")).unwrap();
+    m.fsync_dir(ROOT).unwrap();
+    cut(&mut m);
+    assert_eq!(contents(&mut m, "/final").unwrap(), b"object");
+    assert_eq!(m.resolve("/staged"), None);
+    let dir = m.mkdir(ROOT, name("d"), 0o755, 0, 0).unwrap().ino;
+    assert_eq!(m.link(dir, ROOT, name("d2")).err(), Some(libc::EPERM));
+}
+
+#[test]
 fn a_rename_over_a_file_restores_the_old_one_without_a_directory_sync() {
     let mut m = model();
     let old = create(&mut m, ROOT, "checkpoint");
