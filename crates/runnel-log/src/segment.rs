@@ -201,7 +201,10 @@ impl Segment {
                 // bytes it was never told were synced).
                 return Err(io::Error::new(
                     io::ErrorKind::UnexpectedEof,
-                    format!("read of {} bytes at {offset} past the segment's {len} bytes", buf.len()),
+                    format!(
+                        "read of {} bytes at {offset} past the segment's {len} bytes",
+                        buf.len()
+                    ),
                 ));
             }
         }

@@ -144,7 +144,10 @@ fn a_hard_link_is_a_new_entry_durable_with_its_directory() {
     m.write(staged, 0, b"object").unwrap();
     m.fsync(staged).unwrap();
     m.link(staged, ROOT, name("final")).unwrap();
-    assert_eq!(m.link(staged, ROOT, name("final")).err(), Some(libc::EEXIST));
+    assert_eq!(
+        m.link(staged, ROOT, name("final")).err(),
+        Some(libc::EEXIST)
+    );
     m.unlink(ROOT, name("staged")).unwrap();
     let report = cut(&mut m);
     assert_eq!(m.resolve("/final"), None, "the directory was not synced");
