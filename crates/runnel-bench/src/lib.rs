@@ -16,6 +16,7 @@ pub mod baseline;
 pub mod client;
 mod common;
 pub mod fan_out;
+pub mod history;
 pub mod log;
 pub mod multi_stream;
 pub mod replay;
@@ -52,6 +53,13 @@ pub enum BenchCommand {
     Report(report::Args),
     /// The append log alone: writer threads, durable acknowledgements.
     Log(log::Args),
+    /// Many empty streams, as fast as the server takes them.
+    Create(history::CreateArgs),
+    /// Appends round-robin over many streams up to a byte total, then
+    /// reads a sample back and checks every byte.
+    Fill(history::FillArgs),
+    /// One client reads one stream from its start to its tail (MiB/s).
+    CatchUp(history::CatchUpArgs),
 }
 
 /// Runs a bench command to completion.
@@ -71,6 +79,9 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
             BenchCommand::FanOut(args) => fan_out::run(args).await,
             BenchCommand::Replay(args) => replay::run(args).await,
             BenchCommand::BaselineServer(args) => baseline::run(args).await,
+            BenchCommand::Create(args) => history::create(args).await,
+            BenchCommand::Fill(args) => history::fill(args).await,
+            BenchCommand::CatchUp(args) => history::catch_up(args).await,
             BenchCommand::Report(_) | BenchCommand::Log(_) => unreachable!("handled above"),
         }
     })

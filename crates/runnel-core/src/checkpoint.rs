@@ -14,7 +14,7 @@ use crate::command::{read_fork, write_fork, Retention};
 use crate::fork_copy::RemotePin;
 use crate::state::StreamsState;
 use crate::stream::{
-    media_type, Chunk, ContentKind, ForkBase, ProducerState, SnapshotRef, StreamState,
+    Chunk, ContentKind, Extras, ForkBase, ProducerState, SnapshotRef, StreamState,
 };
 use crate::tier::{ColdChunk, Doomed, Placement};
 use std::sync::Arc;
@@ -60,12 +60,12 @@ impl StreamsState {
         state.next_id = r.u64()?;
         let count = r.u64()?;
         for _ in 0..count {
-            let s = decode_stream(&mut r, version)?;
+            let s = decode_stream(&mut r, version, &mut state)?;
             // A soft-deleted stream keeps its name until its last fork goes.
-            state.names.insert(s.name.clone(), s.id);
+            state.names.insert(Arc::clone(&s.name), s.id);
             state.hot_bytes += s.chunks.iter().map(|c| c.len).sum::<u64>();
-            state.cold_bytes += s.cold.iter().map(|c| c.len()).sum::<u64>();
-            state.streams.insert(s.id, s);
+            state.cold_bytes += s.cold_chunks().iter().map(|c| c.len()).sum::<u64>();
+            state.streams.insert(s.id, Box::new(s));
         }
         if version >= 3 {
             state.doomed.next_seq = r.u64()?;
@@ -94,7 +94,10 @@ impl StreamsState {
             for chunk in &mut s.chunks {
                 chunk.loc = relocate(chunk.loc);
             }
-            let snaps = s.snapshots.values_mut().chain(s.server_snapshot.as_mut());
+            let Some(x) = s.extras.as_deref_mut() else {
+                continue;
+            };
+            let snaps = x.snapshots.values_mut().chain(x.server_snapshot.as_mut());
             for snap in snaps {
                 if let Placement::Log(loc) = &mut snap.placement {
                     *loc = relocate(*loc);
@@ -107,7 +110,7 @@ impl StreamsState {
         let mut ranges = Vec::new();
         for s in self.streams.values() {
             ranges.extend(s.chunks.iter().map(|c| (c.loc, c.len)));
-            let snaps = s.snapshots.values().chain(s.server_snapshot.iter());
+            let snaps = s.x().snapshots.values().chain(s.x().server_snapshot.iter());
             ranges.extend(snaps.filter_map(|snap| match snap.placement {
                 Placement::Log(loc) => Some((loc, snap.len)),
                 Placement::Object(_) => None,
@@ -121,13 +124,13 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
     w.u64(s.id);
     w.str(&s.name);
     w.str(&s.content_type);
-    w.opt_u64(s.ttl_secs);
-    w.opt_i64(s.expires_at_ms);
+    w.opt_u64(s.ttl_secs());
+    w.opt_i64(s.expires_at_ms());
     w.i64(s.created_at_ms);
     w.i64(s.last_access_ms());
     w.bool(s.closed);
     w.u64(s.tail);
-    match &s.base {
+    match &s.x().base {
         Some(b) => {
             w.bool(true);
             w.u64(b.source);
@@ -135,7 +138,7 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
         }
         None => w.bool(false),
     }
-    write_fork(w, s.fork_spec.as_ref());
+    write_fork(w, s.x().fork_spec.as_ref());
     w.u64(s.chunks.len() as u64);
     for c in &s.chunks {
         w.u64(c.start);
@@ -144,11 +147,11 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
         w.i64(c.at_ms);
         w.u32_list(c.message_ends.as_deref().unwrap_or(&[]));
     }
-    w.u64(s.cold.len() as u64);
-    for c in &s.cold {
+    w.u64(s.cold_chunks().len() as u64);
+    for c in s.cold_chunks() {
         c.write(w);
     }
-    let mut producers: Vec<_> = s.producers.iter().collect();
+    let mut producers: Vec<_> = s.x().producers.iter().collect();
     producers.sort_unstable_by(|a, b| a.0.cmp(b.0));
     w.u64(producers.len() as u64);
     for (id, p) in producers {
@@ -156,15 +159,15 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
         w.u64(p.epoch);
         w.u64(p.last_seq);
     }
-    w.opt_str(s.last_stream_seq.as_deref());
+    w.opt_str(s.x().last_stream_seq.as_deref());
     w.u32(s.fork_refs);
     w.bool(s.soft_deleted);
     w.u64(s.earliest);
-    w.u64(s.snapshots.len() as u64);
-    for snap in s.snapshots.values() {
+    w.u64(s.x().snapshots.len() as u64);
+    for snap in s.x().snapshots.values() {
         encode_snapshot(w, snap);
     }
-    match &s.server_snapshot {
+    match &s.x().server_snapshot {
         Some(snap) => {
             w.bool(true);
             encode_snapshot(w, snap);
@@ -172,13 +175,13 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
         None => w.bool(false),
     }
     w.bool(s.compaction);
-    w.opt_u64(s.retention.max_bytes);
-    w.opt_u64(s.retention.max_age_secs);
-    w.u64(s.pins.len() as u64);
-    for token in &s.pins {
+    w.opt_u64(s.retention().max_bytes);
+    w.opt_u64(s.retention().max_age_secs);
+    w.u64(s.x().pins.len() as u64);
+    for token in &s.x().pins {
         w.str(token);
     }
-    match &s.remote_source {
+    match &s.x().remote_source {
         Some(pin) => {
             w.bool(true);
             w.str(&pin.source);
@@ -227,7 +230,11 @@ fn decode_snapshot(r: &mut Reader<'_>, version: u8) -> Result<SnapshotRef, Codec
     })
 }
 
-fn decode_stream(r: &mut Reader<'_>, version: u8) -> Result<StreamState, CodecError> {
+fn decode_stream(
+    r: &mut Reader<'_>,
+    version: u8,
+    state: &mut StreamsState,
+) -> Result<StreamState, CodecError> {
     let id = r.u64()?;
     let name = r.string()?;
     let content_type = r.string()?;
@@ -310,32 +317,46 @@ fn decode_stream(r: &mut Reader<'_>, version: u8) -> Result<StreamState, CodecEr
             });
         }
     }
-    Ok(StreamState {
-        id,
-        name,
-        media_type: media_type(&content_type),
-        kind: ContentKind::of(&content_type),
-        content_type,
+    let extras = Extras {
+        cold,
         ttl_secs,
         expires_at_ms,
+        base,
+        fork_spec,
+        producers,
+        last_stream_seq,
+        snapshots,
+        server_snapshot,
+        retention,
+        pins,
+        remote_source,
+    };
+    let plain = extras.cold.is_empty()
+        && extras.ttl_secs.is_none()
+        && extras.expires_at_ms.is_none()
+        && extras.base.is_none()
+        && extras.fork_spec.is_none()
+        && extras.producers.is_empty()
+        && extras.last_stream_seq.is_none()
+        && extras.snapshots.is_empty()
+        && extras.server_snapshot.is_none()
+        && extras.retention == Retention::default()
+        && extras.pins.is_empty()
+        && extras.remote_source.is_none();
+    Ok(StreamState {
+        id,
+        name: Arc::from(name),
+        kind: ContentKind::of(&content_type),
+        content_type: state.intern_content_type(&content_type),
         created_at_ms,
         last_access_ms: AtomicI64::new(last_access_ms),
         closed,
         tail,
-        base,
-        fork_spec,
-        cold,
         chunks,
-        producers,
-        last_stream_seq,
         fork_refs,
         soft_deleted,
         earliest,
-        snapshots,
-        server_snapshot,
         compaction,
-        retention,
-        pins,
-        remote_source,
+        extras: (!plain).then(|| Box::new(extras)),
     })
 }

@@ -180,7 +180,7 @@ impl StreamsState {
         };
         let point = self.resolve_fork_point(id, &fork)?;
         let source = self.streams.get_mut(&id).expect("named streams exist");
-        if source.pins.insert(token.to_string()) {
+        if source.x_mut().pins.insert(token.to_string()) {
             source.fork_refs += 1;
         }
         Ok(Applied::Pinned { point })
@@ -196,7 +196,10 @@ impl StreamsState {
             };
         };
         let s = self.streams.get_mut(&id).expect("named streams exist");
-        if s.pins.remove(token) {
+        if s.extras
+            .as_deref_mut()
+            .is_some_and(|x| x.pins.remove(token))
+        {
             s.fork_refs -= 1;
             if s.soft_deleted && s.fork_refs == 0 {
                 self.remove_chain(id);
@@ -260,9 +263,9 @@ impl StreamsState {
         }
         Ok((
             ForkMaterial {
-                content_type: source.content_type.clone(),
-                ttl_secs: source.ttl_secs,
-                expires_at_ms: source.expires_at_ms,
+                content_type: source.content_type.to_string(),
+                ttl_secs: source.ttl_secs(),
+                expires_at_ms: source.expires_at_ms(),
                 earliest: source.earliest.min(point),
                 point,
                 chunks: Vec::new(),
@@ -279,7 +282,7 @@ impl StreamsState {
         loop {
             if pos >= s.own_start() {
                 if let Some(i) = s.cold_index(pos) {
-                    let chunk = &s.cold[i];
+                    let chunk = &s.cold_chunks()[i];
                     let end = chunk.end.min(limit);
                     return (pos < end).then_some((Stored::Object(s.id, chunk), end));
                 }
@@ -287,7 +290,7 @@ impl StreamsState {
                 let end = chunk.end().min(limit);
                 return (pos < end).then_some((Stored::Log(chunk), end));
             }
-            let base = s.base.as_ref()?;
+            let base = s.x().base.as_ref()?;
             limit = limit.min(base.point);
             s = self.streams.get(&base.source)?;
         }

@@ -53,11 +53,12 @@ impl StreamsState {
         if p.server_made {
             // Only the newest server snapshot is kept; an older one (a
             // compaction that raced a newer) is dropped.
-            if s.server_snapshot
+            let x = s.x_mut();
+            if x.server_snapshot
                 .as_ref()
                 .is_none_or(|old| old.offset < p.offset)
             {
-                if let Some(old) = s.server_snapshot.replace(snapshot) {
+                if let Some(old) = x.server_snapshot.replace(snapshot) {
                     self.doom_snapshot(id, old.offset, &old.placement);
                 }
             }
@@ -66,14 +67,14 @@ impl StreamsState {
                 created: true,
             });
         }
-        match s.snapshots.get(&p.offset) {
+        match s.x().snapshots.get(&p.offset) {
             Some(existing) if existing.digest == p.digest => Ok(Applied::SnapshotStored {
                 offset: Offset(p.offset),
                 created: false,
             }),
             Some(_) => Err(CoreError::SnapshotConflict),
             None => {
-                s.snapshots.insert(p.offset, snapshot);
+                s.x_mut().snapshots.insert(p.offset, snapshot);
                 Ok(Applied::SnapshotStored {
                     offset: Offset(p.offset),
                     created: true,
@@ -90,6 +91,7 @@ impl StreamsState {
         let id = self.live_id(name)?;
         let s = self.streams.get_mut(&id).expect("live stream");
         let removed = s
+            .x_mut()
             .snapshots
             .remove(&offset)
             .ok_or(CoreError::SnapshotNotFound)?;
@@ -109,25 +111,30 @@ impl StreamsState {
         if before > s.earliest {
             s.earliest = before;
             let mut dropped = Vec::new();
-            let old_snapshots = s.snapshots.split_off(&before);
-            dropped.extend(
-                std::mem::replace(&mut s.snapshots, old_snapshots)
-                    .into_values()
-                    .map(|snap| (Some(snap.offset), snap.placement)),
-            );
-            if s.server_snapshot
-                .as_ref()
-                .is_some_and(|snap| snap.offset < before)
-            {
-                let snap = s.server_snapshot.take().expect("checked");
-                dropped.push((Some(snap.offset), snap.placement));
+            if let Some(x) = s.extras.as_deref_mut() {
+                let kept = x.snapshots.split_off(&before);
+                dropped.extend(
+                    std::mem::replace(&mut x.snapshots, kept)
+                        .into_values()
+                        .map(|snap| (Some(snap.offset), snap.placement)),
+                );
+                if x.server_snapshot
+                    .as_ref()
+                    .is_some_and(|snap| snap.offset < before)
+                {
+                    let snap = x.server_snapshot.take().expect("checked");
+                    dropped.push((Some(snap.offset), snap.placement));
+                }
             }
             let (mut hot_freed, mut cold_freed) = (0, 0);
             if s.fork_refs == 0 {
                 let dead = s.chunks.partition_point(|c| c.end() <= before);
                 hot_freed = s.chunks.drain(..dead).map(|c| c.len).sum::<u64>();
-                let dead = s.cold.partition_point(|c| c.end <= before);
-                for chunk in s.cold.drain(..dead) {
+                let cold = s.extras.as_deref_mut().map_or(Vec::new(), |x| {
+                    let dead = x.cold.partition_point(|c| c.end <= before);
+                    x.cold.drain(..dead).collect()
+                });
+                for chunk in cold {
                     cold_freed += chunk.len();
                     dropped.push((None, Placement::Object(chunk)));
                 }
@@ -155,11 +162,11 @@ impl StreamsState {
         let mut trims = Vec::new();
         for s in self.streams.values() {
             if s.soft_deleted
-                || (s.retention.max_bytes.is_none() && s.retention.max_age_secs.is_none())
+                || (s.retention().max_bytes.is_none() && s.retention().max_age_secs.is_none())
             {
                 continue;
             }
-            let cutoff = s.retention.max_age_secs.map(|age| {
+            let cutoff = s.retention().max_age_secs.map(|age| {
                 now_ms.saturating_sub(
                     i64::try_from(age)
                         .unwrap_or(i64::MAX / 1000)
@@ -167,20 +174,21 @@ impl StreamsState {
                 )
             });
             let too_far = |start: u64| {
-                s.retention
+                s.retention()
                     .max_bytes
                     .is_some_and(|max| s.tail - start > max)
             };
             // Tiered history goes a whole chunk at a time, and only once
             // all of it is past a limit: a stream keeps up to one chunk
             // more than its byte limit rather than lose bytes within it.
-            let cold_dead = s.cold.partition_point(|c| {
+            let cold = s.cold_chunks();
+            let cold_dead = cold.partition_point(|c| {
                 cutoff.is_some_and(|cut| c.newest_at_ms < cut)
-                    || s.retention
+                    || s.retention()
                         .max_bytes
                         .is_some_and(|max| s.tail - c.end >= max)
             });
-            let point = if let Some(kept) = s.cold.get(cold_dead) {
+            let point = if let Some(kept) = cold.get(cold_dead) {
                 if cold_dead == 0 {
                     continue;
                 }
@@ -196,7 +204,7 @@ impl StreamsState {
                 own.get(first_kept).map_or(s.tail, |c| c.start)
             };
             if point > s.earliest {
-                trims.push((s.name.clone(), point));
+                trims.push((s.name.to_string(), point));
             }
         }
         trims
@@ -211,10 +219,11 @@ impl StreamsState {
     ) -> Result<SnapshotRef, CoreError> {
         let s = self.live_stream(name, now_ms)?;
         let found = match offset {
-            Some(o) => s
-                .snapshots
-                .get(&o)
-                .or(s.server_snapshot.as_ref().filter(|snap| snap.offset == o)),
+            Some(o) => s.x().snapshots.get(&o).or(s
+                .x()
+                .server_snapshot
+                .as_ref()
+                .filter(|snap| snap.offset == o)),
             None => s.latest_snapshot(),
         };
         found.cloned().ok_or(CoreError::SnapshotNotFound)
@@ -249,19 +258,17 @@ impl StreamsState {
             .values()
             .filter(|s| s.compaction && !s.soft_deleted && s.is_json())
             .filter_map(|s| {
-                let from = s
-                    .server_snapshot
-                    .as_ref()
-                    .map_or(s.earliest, |snap| snap.offset);
+                let server_snapshot = s.x().server_snapshot.as_ref();
+                let from = server_snapshot.map_or(s.earliest, |snap| snap.offset);
                 let pending = s.tail - from;
-                let snapshot_len = s.server_snapshot.as_ref().map_or(0, |snap| snap.len);
+                let snapshot_len = server_snapshot.map_or(0, |snap| snap.len);
                 let last_append = s.last_append_ms().unwrap_or(s.created_at_ms);
                 let due = pending >= min_bytes.max(snapshot_len)
                     || (pending > 0 && now_ms - last_append >= idle_ms);
                 due.then(|| CompactionWork {
                     id: s.id,
-                    name: s.name.clone(),
-                    snapshot: s.server_snapshot.clone(),
+                    name: s.name.to_string(),
+                    snapshot: server_snapshot.cloned(),
                     from,
                     tail: s.tail,
                 })

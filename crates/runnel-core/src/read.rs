@@ -141,7 +141,7 @@ impl StreamsState {
             if lo < hi {
                 ranges.push((cur, lo, hi));
             }
-            match &cur.base {
+            match &cur.x().base {
                 Some(base) if from < base.point => {
                     hi = hi.min(base.point);
                     cur = &self.streams[&base.source];
@@ -156,8 +156,9 @@ impl StreamsState {
         let (mut taken, mut next) = (0u64, from);
         'streams: for (stream, lo, hi) in ranges {
             // Tiered chunks come before hot ones.
-            let first_cold = stream.cold.partition_point(|c| c.end <= lo);
-            for chunk in &stream.cold[first_cold..] {
+            let cold = stream.cold_chunks();
+            let first_cold = cold.partition_point(|c| c.end <= lo);
+            for chunk in &cold[first_cold..] {
                 if chunk.start >= hi {
                     break;
                 }

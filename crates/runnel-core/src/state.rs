@@ -6,16 +6,16 @@
 //! entry. Reads ([`crate::read`]) never change logged state; they only renew
 //! the in-memory sliding TTL.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
-use crate::command::{AppendToStream, Command, CreateStream, Entry, ForkFrom, StreamId};
+use crate::command::{AppendToStream, Command, CreateStream, Entry, ForkFrom, Retention, StreamId};
 use crate::error::CoreError;
 use crate::fork_copy::RemotePin;
 use crate::offset::{Offset, MAX_POSITION};
 use crate::stream::{
-    media_type, same_media_type, Chunk, ContentKind, ForkBase, ProducerState, StreamState,
+    same_media_type, Chunk, ContentKind, Extras, ForkBase, ProducerState, StreamState,
 };
 use crate::tier::{ColdChunk, DoomedQueue, Fence};
 
@@ -87,12 +87,12 @@ impl StreamInfo {
     pub(crate) fn of(s: &StreamState) -> StreamInfo {
         StreamInfo {
             id: s.id,
-            content_type: s.content_type.clone(),
+            content_type: s.content_type.to_string(),
             kind: s.kind,
             next_offset: Offset(s.tail),
             closed: s.closed,
-            ttl_secs: s.ttl_secs,
-            expires_at_ms: s.expires_at_ms,
+            ttl_secs: s.ttl_secs(),
+            expires_at_ms: s.expires_at_ms(),
         }
     }
 }
@@ -152,8 +152,12 @@ impl ChunkView<'_> {
 
 #[derive(Debug, Default)]
 pub struct StreamsState {
-    pub(crate) names: HashMap<String, StreamId>,
-    pub(crate) streams: HashMap<StreamId, StreamState>,
+    pub(crate) names: HashMap<Arc<str>, StreamId>,
+    /// Boxed: the map's table holds twice its entries' room at times, and
+    /// a box keeps that spare room at a pointer per slot.
+    pub(crate) streams: HashMap<StreamId, Box<StreamState>>,
+    /// Content types in use, each stored once.
+    pub(crate) content_types: HashSet<Arc<str>>,
     pub(crate) next_id: StreamId,
     /// Streams whose tail, closure or existence changed since the last
     /// [`StreamsState::take_changed`]: the engine wakes their readers.
@@ -258,11 +262,21 @@ impl StreamsState {
     }
 
     pub fn stream(&self, id: StreamId) -> Option<&StreamState> {
-        self.streams.get(&id)
+        self.streams.get(&id).map(|s| &**s)
     }
 
     pub fn stream_by_name(&self, name: &str) -> Option<&StreamState> {
-        self.names.get(name).and_then(|id| self.streams.get(id))
+        self.names.get(name).and_then(|id| self.stream(*id))
+    }
+
+    /// The shared copy of a content type.
+    pub(crate) fn intern_content_type(&mut self, content_type: &str) -> Arc<str> {
+        if let Some(shared) = self.content_types.get(content_type) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(content_type);
+        self.content_types.insert(Arc::clone(&shared));
+        shared
     }
 
     pub fn stream_count(&self) -> usize {
@@ -290,7 +304,7 @@ impl StreamsState {
             feed(&s.tail.to_le_bytes());
             feed(&s.earliest.to_le_bytes());
             feed(&[u8::from(s.closed), u8::from(s.soft_deleted)]);
-            for c in &s.cold {
+            for c in s.cold_chunks() {
                 feed(&c.end.to_le_bytes());
                 feed(&c.nonce.to_le_bytes());
             }
@@ -320,7 +334,7 @@ impl StreamsState {
     /// errs towards keeping data.
     pub fn renew_all_ttls(&mut self, now_ms: i64) {
         for s in self.streams.values() {
-            if s.ttl_secs.is_some() {
+            if s.ttl_secs().is_some() {
                 s.touch(now_ms);
             }
         }
@@ -360,7 +374,7 @@ impl StreamsState {
             (Some(fork), None) => {
                 let source_id = *self
                     .names
-                    .get(&fork.source)
+                    .get(fork.source.as_str())
                     .ok_or(CoreError::ForkSourceNotFound)?;
                 let source = &self.streams[&source_id];
                 if source.soft_deleted {
@@ -369,8 +383,8 @@ impl StreamsState {
                 let (content_type, ttl, expires) = fork_config(
                     c,
                     &source.content_type,
-                    source.ttl_secs,
-                    source.expires_at_ms,
+                    source.ttl_secs(),
+                    source.expires_at_ms(),
                 )?;
                 let point = self.resolve_fork_point(source_id, fork)?;
                 (
@@ -421,39 +435,44 @@ impl StreamsState {
         }
         let id = self.next_id;
         self.next_id += 1;
-        let mut stream = StreamState {
-            id,
-            name: c.name.clone(),
-            media_type: media_type(&content_type),
-            kind: ContentKind::of(&content_type),
-            content_type,
+        let remote_source = c.inherit.as_ref().map(|i| RemotePin {
+            source: c
+                .fork
+                .as_ref()
+                .map_or_else(String::new, |f| f.source.clone()),
+            token: i.token.clone(),
+        });
+        let extras = Extras {
             ttl_secs,
             expires_at_ms,
+            base,
+            fork_spec: c.fork.clone(),
+            retention: c.retention,
+            remote_source,
+            ..Extras::default()
+        };
+        let plain = extras.ttl_secs.is_none()
+            && extras.expires_at_ms.is_none()
+            && extras.base.is_none()
+            && extras.fork_spec.is_none()
+            && extras.retention == Retention::default()
+            && extras.remote_source.is_none();
+        let name: Arc<str> = Arc::from(c.name.as_str());
+        let mut stream = StreamState {
+            id,
+            name: Arc::clone(&name),
+            kind: ContentKind::of(&content_type),
+            content_type: self.intern_content_type(&content_type),
             created_at_ms: now,
             last_access_ms: AtomicI64::new(now),
             closed: c.closed,
             tail: start,
-            base,
-            fork_spec: c.fork.clone(),
-            cold: Vec::new(),
             chunks: Vec::new(),
-            producers: HashMap::new(),
-            last_stream_seq: None,
             fork_refs: 0,
             soft_deleted: false,
             earliest,
-            snapshots: Default::default(),
-            server_snapshot: None,
             compaction: c.compaction,
-            retention: c.retention,
-            pins: Default::default(),
-            remote_source: c.inherit.as_ref().map(|i| RemotePin {
-                source: c
-                    .fork
-                    .as_ref()
-                    .map_or_else(String::new, |f| f.source.clone()),
-                token: i.token.clone(),
-            }),
+            extras: (!plain).then(|| Box::new(extras)),
         };
         if let Some(m) = material {
             stream.chunks = m.stored_chunks(loc);
@@ -467,8 +486,8 @@ impl StreamsState {
             now,
         );
         let info = StreamInfo::of(&stream);
-        self.names.insert(c.name.clone(), id);
-        self.streams.insert(id, stream);
+        self.names.insert(name, id);
+        self.streams.insert(id, Box::new(stream));
         self.changed.push(id);
         Ok(Applied::Created {
             stream: info,
@@ -483,7 +502,7 @@ impl StreamsState {
         data_len: u64,
         loc: u64,
     ) -> Result<Applied, CoreError> {
-        let id = *self.names.get(&a.name).ok_or(CoreError::NotFound)?;
+        let id = *self.names.get(a.name.as_str()).ok_or(CoreError::NotFound)?;
         let s = self.streams.get_mut(&id).expect("named streams exist");
         if s.soft_deleted {
             return Err(CoreError::Gone);
@@ -493,7 +512,7 @@ impl StreamsState {
         // A retry of an accepted producer append is acknowledged before
         // any other check, closure included: it changes nothing.
         if let Some(p) = &a.producer {
-            if let Some(state) = s.producers.get(&p.id) {
+            if let Some(state) = s.x().producers.get(&p.id) {
                 if p.epoch == state.epoch && p.seq <= state.last_seq {
                     return Ok(Applied::Appended {
                         next_offset: Offset(s.tail),
@@ -522,20 +541,20 @@ impl StreamsState {
             let matches = a
                 .content_type
                 .as_deref()
-                .is_some_and(|ct| same_media_type(ct, &s.media_type));
+                .is_some_and(|ct| same_media_type(ct, &s.content_type));
             if !matches {
                 return Err(CoreError::ContentTypeMismatch);
             }
         }
         let producer_update = match &a.producer {
             Some(p) => Some(check_producer(
-                s.producers.get(&p.id).copied(),
+                s.x().producers.get(&p.id).copied(),
                 p.epoch,
                 p.seq,
             )?),
             None => None,
         };
-        if let (Some(seq), Some(last)) = (&a.stream_seq, &s.last_stream_seq) {
+        if let (Some(seq), Some(last)) = (&a.stream_seq, &s.x().last_stream_seq) {
             if seq <= last {
                 return Err(CoreError::StreamSeqRegression { last: last.clone() });
             }
@@ -547,10 +566,10 @@ impl StreamsState {
         // Accepted: every check above passed, now change state.
         let stored = push_chunk(s, data_len, loc, &a.body.message_ends, now);
         if let (Some(p), Some(update)) = (&a.producer, producer_update) {
-            s.producers.insert(p.id.clone(), update);
+            s.x_mut().producers.insert(p.id.clone(), update);
         }
         if let Some(seq) = &a.stream_seq {
-            s.last_stream_seq = Some(seq.clone());
+            s.x_mut().last_stream_seq = Some(seq.clone());
         }
         if a.close {
             s.closed = true;
@@ -611,21 +630,26 @@ impl StreamsState {
     pub(crate) fn remove_chain(&mut self, id: StreamId) {
         let mut next = Some(id);
         while let Some(id) = next.take() {
-            let s = self.streams.remove(&id).expect("removed streams exist");
-            if self.names.get(&s.name) == Some(&id) {
-                self.names.remove(&s.name);
+            let s = *self.streams.remove(&id).expect("removed streams exist");
+            if self.names.get(&*s.name) == Some(&id) {
+                self.names.remove(&*s.name);
             }
             self.hot_bytes -= s.chunks.iter().map(|c| c.len).sum::<u64>();
-            for chunk in s.cold {
+            let mut extras = s.extras.map(|x| *x).unwrap_or_default();
+            for chunk in std::mem::take(&mut extras.cold) {
                 self.cold_bytes -= chunk.len();
                 self.doom(id, None, chunk);
             }
-            for snap in s.snapshots.values().chain(s.server_snapshot.iter()) {
+            for snap in extras
+                .snapshots
+                .values()
+                .chain(extras.server_snapshot.iter())
+            {
                 self.doom_snapshot(id, snap.offset, &snap.placement);
             }
             self.changed.push(id);
-            self.released.extend(s.remote_source);
-            if let Some(base) = s.base {
+            self.released.extend(extras.remote_source);
+            if let Some(base) = extras.base {
                 let source = self
                     .streams
                     .get_mut(&base.source)
@@ -643,12 +667,13 @@ impl StreamsState {
     /// same resolved position (the engine resolves sub-offsets into
     /// tiered history before proposing).
     fn same_fork(&self, existing: &StreamState, c: &CreateStream) -> bool {
-        if c.fork == existing.fork_spec {
+        let x = existing.x();
+        if c.fork == x.fork_spec {
             return true;
         }
-        match (&c.fork, &existing.fork_spec, &existing.base, &c.inherit) {
+        match (&c.fork, &x.fork_spec, &x.base, &c.inherit) {
             (Some(asked), Some(spec), Some(base), None) if asked.source == spec.source => {
-                self.names.get(&asked.source) == Some(&base.source)
+                self.names.get(asked.source.as_str()) == Some(&base.source)
                     && self.resolve_fork_point(base.source, asked).ok() == Some(base.point)
             }
             _ => false,
@@ -707,7 +732,7 @@ impl StreamsState {
         loop {
             if pos >= s.own_start() {
                 if let Some(i) = s.cold_index(pos) {
-                    let cold = &s.cold[i];
+                    let cold = &s.cold_chunks()[i];
                     return Some(ChunkView {
                         start: cold.start,
                         end: cold.end.min(limit),
@@ -727,7 +752,7 @@ impl StreamsState {
                 })
                 .filter(|v| pos < v.end);
             }
-            let base = s.base.as_ref()?;
+            let base = s.x().base.as_ref()?;
             limit = limit.min(base.point);
             s = self.streams.get(&base.source)?;
         }
@@ -779,16 +804,18 @@ fn fork_config(
 /// Whether an existing stream answers an idempotent create.
 fn same_config(existing: &StreamState, c: &CreateStream) -> bool {
     let content_type_ok = match &c.content_type {
-        Some(ct) => same_media_type(ct, &existing.media_type),
-        None => c.fork.is_some() || existing.media_type == "application/octet-stream",
+        Some(ct) => same_media_type(ct, &existing.content_type),
+        None => {
+            c.fork.is_some() || same_media_type(&existing.content_type, "application/octet-stream")
+        }
     };
     let inherits_expiry = c.fork.is_some() && c.ttl_secs.is_none() && c.expires_at_ms.is_none();
     let expiry_ok = inherits_expiry
-        || (c.ttl_secs == existing.ttl_secs && c.expires_at_ms == existing.expires_at_ms);
+        || (c.ttl_secs == existing.ttl_secs() && c.expires_at_ms == existing.expires_at_ms());
     content_type_ok
         && expiry_ok
         && c.compaction == existing.compaction
-        && c.retention == existing.retention
+        && c.retention == existing.retention()
 }
 
 /// Producer validation: the state to store if the append is accepted.

@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::LazyLock;
 
 use std::sync::Arc;
 
@@ -101,45 +102,55 @@ pub(crate) struct ProducerState {
     pub last_seq: u64,
 }
 
+/// One stream. What every stream has is inline (about 140 bytes); what
+/// few streams have lives in [`Extras`], allocated only when used, so an
+/// idle stream costs a few hundred bytes in all.
 #[derive(Debug)]
 pub struct StreamState {
     pub id: StreamId,
-    pub name: String,
-    /// The Content-Type as given at creation, returned on reads.
-    pub content_type: String,
-    pub(crate) media_type: String,
+    /// Shared with the group's name index.
+    pub name: Arc<str>,
+    /// The Content-Type as given at creation, returned on reads (shared
+    /// by the streams that use the same one).
+    pub content_type: Arc<str>,
     pub kind: ContentKind,
-    pub ttl_secs: Option<u64>,
-    pub expires_at_ms: Option<i64>,
+    pub closed: bool,
+    /// Deleted, but kept because forks still read it (answers 410).
+    pub soft_deleted: bool,
+    /// Compact as State Protocol change events.
+    pub compaction: bool,
+    /// Live forks reading this stream's bytes.
+    pub(crate) fork_refs: u32,
     pub created_at_ms: i64,
     /// Last read or write, for sliding TTL. Reads renew it without a log
     /// entry, hence atomic (it is touched under a shared lock).
     pub(crate) last_access_ms: AtomicI64,
-    pub closed: bool,
     /// Position after the last byte.
     pub tail: u64,
-    pub(crate) base: Option<ForkBase>,
-    /// The fork request that created this stream, for idempotent re-creates.
-    pub(crate) fork_spec: Option<ForkFrom>,
+    /// History before this position was trimmed (reads there get 410).
+    pub earliest: u64,
+    /// Hot history: one entry per append, in this node's log.
+    pub(crate) chunks: Vec<Chunk>,
+    pub(crate) extras: Option<Box<Extras>>,
+}
+
+/// What only some streams have.
+#[derive(Debug, Default)]
+pub(crate) struct Extras {
     /// Tiered history: one reference per chunk object, in stream order,
     /// all before the hot chunks.
     pub(crate) cold: Vec<Arc<ColdChunk>>,
-    /// Hot history: one entry per append, in this node's log.
-    pub(crate) chunks: Vec<Chunk>,
+    pub ttl_secs: Option<u64>,
+    pub expires_at_ms: Option<i64>,
+    pub(crate) base: Option<ForkBase>,
+    /// The fork request that created this stream, for idempotent re-creates.
+    pub(crate) fork_spec: Option<ForkFrom>,
     pub(crate) producers: HashMap<String, ProducerState>,
     pub(crate) last_stream_seq: Option<String>,
-    /// Live forks reading this stream's bytes.
-    pub(crate) fork_refs: u32,
-    /// Deleted, but kept because forks still read it (answers 410).
-    pub soft_deleted: bool,
-    /// History before this position was trimmed (reads there get 410).
-    pub earliest: u64,
     /// Application snapshots by offset.
     pub(crate) snapshots: BTreeMap<u64, SnapshotRef>,
     /// The compactor's latest snapshot.
     pub(crate) server_snapshot: Option<SnapshotRef>,
-    /// Compact as State Protocol change events.
-    pub compaction: bool,
     pub retention: Retention,
     /// Pins held by forks in other groups (each counted in `fork_refs`).
     pub(crate) pins: BTreeSet<String>,
@@ -147,7 +158,31 @@ pub struct StreamState {
     pub(crate) remote_source: Option<RemotePin>,
 }
 
+static NO_EXTRAS: LazyLock<Extras> = LazyLock::new(Extras::default);
+
 impl StreamState {
+    /// The parts only some streams have (all empty when it has none).
+    pub(crate) fn x(&self) -> &Extras {
+        self.extras.as_deref().unwrap_or(&NO_EXTRAS)
+    }
+
+    /// The parts only some streams have, allocated on first use.
+    pub(crate) fn x_mut(&mut self) -> &mut Extras {
+        self.extras.get_or_insert_with(Box::default)
+    }
+
+    pub fn ttl_secs(&self) -> Option<u64> {
+        self.x().ttl_secs
+    }
+
+    pub fn expires_at_ms(&self) -> Option<i64> {
+        self.x().expires_at_ms
+    }
+
+    pub fn retention(&self) -> Retention {
+        self.x().retention
+    }
+
     pub fn is_json(&self) -> bool {
         self.kind == ContentKind::Json
     }
@@ -155,7 +190,7 @@ impl StreamState {
     /// First position owned by this stream (a fork's inherited range ends
     /// here).
     pub(crate) fn own_start(&self) -> u64 {
-        self.base.as_ref().map_or(0, |b| b.point)
+        self.x().base.as_ref().map_or(0, |b| b.point)
     }
 
     pub fn last_access_ms(&self) -> i64 {
@@ -170,14 +205,14 @@ impl StreamState {
     /// When the stream expires, if it does: the earlier of its absolute
     /// expiry and its sliding TTL.
     pub fn expires_at(&self) -> Option<i64> {
-        let by_ttl = self.ttl_secs.map(|ttl| {
+        let by_ttl = self.ttl_secs().map(|ttl| {
             self.last_access_ms().saturating_add(
                 i64::try_from(ttl)
                     .unwrap_or(i64::MAX / 1000)
                     .saturating_mul(1000),
             )
         });
-        match (self.expires_at_ms, by_ttl) {
+        match (self.expires_at_ms(), by_ttl) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
         }
@@ -197,8 +232,8 @@ impl StreamState {
     /// The snapshot a bootstrap starts from: the newest by offset, the
     /// application's on a tie.
     pub fn latest_snapshot(&self) -> Option<&SnapshotRef> {
-        let app = self.snapshots.values().next_back();
-        match (app, self.server_snapshot.as_ref()) {
+        let app = self.x().snapshots.values().next_back();
+        match (app, self.x().server_snapshot.as_ref()) {
             (Some(a), Some(s)) if s.offset > a.offset => Some(s),
             (Some(a), _) => Some(a),
             (None, s) => s,
@@ -208,8 +243,8 @@ impl StreamState {
     /// Bytes of index memory this stream holds (for the memory budget and
     /// documentation of index cost per GiB).
     pub fn index_bytes(&self) -> usize {
-        self.cold.capacity() * std::mem::size_of::<Arc<ColdChunk>>()
-            + self.cold.len() * (std::mem::size_of::<ColdChunk>() + 16)
+        self.x().cold.capacity() * std::mem::size_of::<Arc<ColdChunk>>()
+            + self.x().cold.len() * (std::mem::size_of::<ColdChunk>() + 16)
             + self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self
                 .chunks
@@ -249,5 +284,17 @@ mod tests {
             "application/json"
         ));
         assert!(!same_media_type("application/json", "application/jsonx"));
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    #[test]
+    fn a_stream_without_extras_stays_small() {
+        // What an idle stream costs (BENCHMARKS.md, the memory section).
+        let size = std::mem::size_of::<StreamState>();
+        assert!(size <= 112, "{size}");
     }
 }

@@ -302,7 +302,7 @@ fn tier_candidates_follow_size_age_and_pressure() {
         h.state
             .tier_candidates(p, T0 + 1000)
             .iter()
-            .map(|w| h.state.stream(w.stream).unwrap().name.clone())
+            .map(|w| h.state.stream(w.stream).unwrap().name.to_string())
             .collect()
     };
     assert_eq!(

@@ -194,9 +194,10 @@ impl StreamState {
 
     /// Index of the cold chunk containing `pos`, if any.
     pub(crate) fn cold_index(&self, pos: u64) -> Option<usize> {
-        let idx = self.cold.partition_point(|c| c.start <= pos);
+        let cold = self.cold_chunks();
+        let idx = cold.partition_point(|c| c.start <= pos);
         let idx = idx.checked_sub(1)?;
-        (pos < self.cold[idx].end).then_some(idx)
+        (pos < cold[idx].end).then_some(idx)
     }
 
     /// Time of the newest append, tiered or not.
@@ -204,11 +205,11 @@ impl StreamState {
         self.chunks
             .last()
             .map(|c| c.at_ms)
-            .or_else(|| self.cold.last().map(|c| c.newest_at_ms))
+            .or_else(|| self.cold_chunks().last().map(|c| c.newest_at_ms))
     }
 
     pub fn cold_chunks(&self) -> &[Arc<ColdChunk>] {
-        &self.cold
+        &self.x().cold
     }
 }
 
@@ -222,7 +223,7 @@ impl StreamsState {
         let mut limit = s.tail;
         loop {
             if pos >= s.own_start() {
-                let chunk = &s.cold[s.cold_index(pos)?];
+                let chunk = &s.cold_chunks()[s.cold_index(pos)?];
                 let end = chunk.end.min(limit);
                 return (pos < end).then(|| TieredView {
                     owner: s.id,
@@ -231,7 +232,7 @@ impl StreamsState {
                     json,
                 });
             }
-            let base = s.base.as_ref()?;
+            let base = s.x().base.as_ref()?;
             limit = limit.min(base.point);
             s = self.streams.get(&base.source)?;
         }
@@ -268,7 +269,7 @@ impl StreamsState {
         if s.chunks.capacity() > 2 * s.chunks.len() + 8 {
             s.chunks.shrink_to_fit();
         }
-        s.cold.push(Arc::new(chunk.clone()));
+        s.x_mut().cold.push(Arc::new(chunk.clone()));
         self.hot_bytes -= chunk.len();
         self.cold_bytes += chunk.len();
         Ok(Applied::Tiered { bytes: chunk.len() })
@@ -284,12 +285,13 @@ impl StreamsState {
     ) -> Result<Applied, CoreError> {
         fence.check()?;
         let s = self.streams.get_mut(&stream).ok_or(CoreError::NotFound)?;
+        let x = s.x_mut();
         let snapshot = if server_made {
-            s.server_snapshot
+            x.server_snapshot
                 .as_mut()
                 .filter(|snap| snap.offset == offset)
         } else {
-            s.snapshots.get_mut(&offset)
+            x.snapshots.get_mut(&offset)
         }
         .ok_or(CoreError::SnapshotNotFound)?;
         if snapshot.placement != Placement::Log(from_loc) || snapshot.len != object.len() {
@@ -354,6 +356,7 @@ impl StreamsState {
         let mut due: Vec<(u64, &StreamState)> = self
             .streams
             .values()
+            .map(|s| &**s)
             .filter_map(|s| {
                 let first = s.chunks.first()?;
                 let hot = s.tail - first.start;
@@ -396,7 +399,7 @@ impl StreamsState {
     pub fn snapshots_in_log(&self, max: usize) -> Vec<SnapshotWork> {
         let mut work = Vec::new();
         for s in self.streams.values().filter(|s| !s.soft_deleted) {
-            let snaps = s.snapshots.values().chain(s.server_snapshot.iter());
+            let snaps = s.x().snapshots.values().chain(s.x().server_snapshot.iter());
             for snap in snaps {
                 if let Placement::Log(loc) = snap.placement {
                     work.push(SnapshotWork {
@@ -420,8 +423,8 @@ impl StreamsState {
     pub fn referenced_objects(&self) -> Vec<(StreamId, Option<u64>, Arc<ColdChunk>)> {
         let mut out = Vec::new();
         for s in self.streams.values() {
-            out.extend(s.cold.iter().map(|c| (s.id, None, Arc::clone(c))));
-            let snaps = s.snapshots.values().chain(s.server_snapshot.iter());
+            out.extend(s.cold_chunks().iter().map(|c| (s.id, None, Arc::clone(c))));
+            let snaps = s.x().snapshots.values().chain(s.x().server_snapshot.iter());
             for snap in snaps {
                 if let Placement::Object(o) = &snap.placement {
                     out.push((s.id, Some(snap.offset), Arc::clone(o)));
@@ -442,13 +445,17 @@ impl StreamsState {
         let cold_snapshots = self
             .streams
             .values()
-            .flat_map(|s| s.snapshots.values().chain(s.server_snapshot.iter()))
+            .flat_map(|s| s.x().snapshots.values().chain(s.x().server_snapshot.iter()))
             .filter(|snap| matches!(snap.placement, Placement::Object(_)))
             .count() as u64;
         TierTotals {
             hot_bytes: self.hot_bytes,
             cold_bytes: self.cold_bytes,
-            cold_chunks: self.streams.values().map(|s| s.cold.len() as u64).sum(),
+            cold_chunks: self
+                .streams
+                .values()
+                .map(|s| s.cold_chunks().len() as u64)
+                .sum(),
             cold_snapshots,
             doomed: self.doomed.items.len() as u64,
         }
@@ -472,35 +479,42 @@ impl StreamsState {
         let mut doomed = Vec::new();
         for id in ids {
             let source_tail = self.streams[&id]
+                .x()
                 .base
                 .as_ref()
                 .map(|b| self.streams[&b.source].tail);
             let s = self.streams.get_mut(&id).expect("listed");
             let mut keep_to = s.hot_start();
-            if let (Some(base), Some(source_tail)) = (s.base.as_mut(), source_tail) {
+            let base = s.extras.as_deref_mut().and_then(|x| x.base.as_mut());
+            if let (Some(base), Some(source_tail)) = (base, source_tail) {
                 // The source lost bytes below the fork point: the fork
                 // cannot serve anything past what the source still has.
                 if base.point > source_tail {
                     base.point = source_tail;
                     keep_to = source_tail;
-                    doomed.extend(s.cold.drain(..).map(|c| (id, c)));
+                    let cold = s.extras.as_deref_mut().map(|x| std::mem::take(&mut x.cold));
+                    doomed.extend(cold.into_iter().flatten().map(|c| (id, c)));
                 }
             }
             if keep_to < s.tail || !s.chunks.is_empty() {
                 lost += s.tail - keep_to;
                 s.tail = keep_to;
                 s.chunks = Vec::new();
-                s.producers.clear();
-                s.last_stream_seq = None;
                 s.closed = false;
+                if let Some(x) = s.extras.as_deref_mut() {
+                    x.producers.clear();
+                    x.last_stream_seq = None;
+                }
             }
-            s.snapshots.retain(|offset, snap| {
-                *offset <= keep_to && matches!(snap.placement, Placement::Object(_))
-            });
-            if s.server_snapshot.as_ref().is_some_and(|snap| {
-                snap.offset > keep_to || matches!(snap.placement, Placement::Log(_))
-            }) {
-                s.server_snapshot = None;
+            if let Some(x) = s.extras.as_deref_mut() {
+                x.snapshots.retain(|offset, snap| {
+                    *offset <= keep_to && matches!(snap.placement, Placement::Object(_))
+                });
+                if x.server_snapshot.as_ref().is_some_and(|snap| {
+                    snap.offset > keep_to || matches!(snap.placement, Placement::Log(_))
+                }) {
+                    x.server_snapshot = None;
+                }
             }
             s.earliest = s.earliest.min(s.tail);
         }

@@ -656,7 +656,7 @@ impl NodeEngine for ClusterNode {
             group.view().with_state(|state| {
                 state
                     .stream_by_name(name)
-                    .is_some_and(|s| s.ttl_secs.is_none() && !s.soft_deleted)
+                    .is_some_and(|s| s.ttl_secs().is_none() && !s.soft_deleted)
             })
         })
     }

@@ -41,6 +41,9 @@ pub struct StoreConfig {
     pub max_retries: usize,
     /// Objects larger than this are uploaded in parts of this size.
     pub multipart_part_bytes: u64,
+    /// Benchmarks: wait this long before every read, as a distant store's
+    /// first byte would (object_store's throttled store).
+    pub read_latency: Option<Duration>,
 }
 
 impl StoreConfig {
@@ -59,6 +62,7 @@ impl StoreConfig {
             call_timeout: Duration::from_secs(30),
             max_retries: 3,
             multipart_part_bytes: 16 << 20,
+            read_latency: None,
         }
     }
 }
@@ -177,6 +181,16 @@ impl TierStore {
                     "object store scheme {other:?} is not supported (file, s3, gs, az, memory)"
                 )))
             }
+        };
+        let store: Arc<dyn ObjectStore> = match config.read_latency {
+            Some(wait) => Arc::new(object_store::throttle::ThrottledStore::new(
+                store,
+                object_store::throttle::ThrottleConfig {
+                    wait_get_per_call: wait,
+                    ..Default::default()
+                },
+            )),
+            None => store,
         };
         let mut opened = TierStore::from_store(store, Path::from(prefix), config.call_timeout);
         opened.part_bytes = config.multipart_part_bytes.max(5 << 20);

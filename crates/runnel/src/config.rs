@@ -155,6 +155,10 @@ pub struct ServeArgs {
     /// (single node) [default: 30].
     #[arg(long)]
     pub tier_backup_interval_secs: Option<u64>,
+    /// For benchmarks: wait this many ms before every object store read,
+    /// as a distant store's first byte would [default: none].
+    #[arg(long)]
+    pub object_store_read_latency_ms: Option<u64>,
     /// Start an empty data directory from the newest checkpoint backed up
     /// in the object store (single node). Without it, an empty data
     /// directory is restored on its own when the store holds a backup.
@@ -243,6 +247,7 @@ fn tier_config(
     if let Some(ms) = pick!(object_store_timeout_ms) {
         store.call_timeout = Duration::from_millis(ms.max(100));
     }
+    store.read_latency = pick!(object_store_read_latency_ms).map(Duration::from_millis);
     let mut tier = TierConfig::new(store);
     if let Some(secs) = pick!(tier_backup_interval_secs) {
         tier.backup_interval = Duration::from_secs(secs);

@@ -128,7 +128,7 @@ async fn tiered_history_reads_back_identically_across_the_boundary_and_restarts(
         "reads",
         &[
             "--tier-chunk-bytes",
-            "3000",
+            "1000",
             "--tier-max-age-secs",
             "0",
             "--tier-interval-ms",
@@ -186,7 +186,8 @@ async fn tiered_history_reads_back_identically_across_the_boundary_and_restarts(
         t["untiered_bytes"] == 0 && t["tiered_snapshots"] == 1
     })
     .await;
-    assert!(n(&tiering, "tiered_chunks") > 10, "{tiering}");
+    // Chunks hold at most 1,000 bytes: reads cross many of them.
+    assert!(n(&tiering, "tiered_chunks") >= 20, "{tiering}");
 
     for round in ["tiered", "after a restart"] {
         let (text, json) = (server.stream_url("text"), server.stream_url("json"));
