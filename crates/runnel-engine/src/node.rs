@@ -302,7 +302,9 @@ impl Node {
         };
         let mut tiered = 0;
         for group in &self.groups {
-            tiered += tier::uploader::pass(group.as_ref(), tiering, &self.log).await?;
+            tiered += tier::uploader::pass(group.as_ref(), tiering, &self.log)
+                .await?
+                .bytes;
         }
         tier::uploader::count_totals(&self.groups, tiering);
         Ok(tiered)

@@ -45,9 +45,15 @@ pub(crate) async fn run<G: MaintainedGroup + ?Sized>(
 ) {
     let mut failures = 0u32;
     let mut since_reclaim = 0u64;
+    let mut more = false;
     loop {
         let wait = if failures == 0 {
-            tiering.config.interval
+            // A pass that left work behind is followed at once.
+            if more {
+                Duration::ZERO
+            } else {
+                tiering.config.interval
+            }
         } else {
             // Exponential, capped at 30 s, with ±50% jitter.
             let base = tiering.config.interval * 2u32.saturating_pow(failures.min(5));
@@ -57,9 +63,13 @@ pub(crate) async fn run<G: MaintainedGroup + ?Sized>(
         tokio::time::sleep(wait).await;
         count_totals(&groups, &tiering);
         let mut failed = false;
+        more = false;
         for group in groups.iter().filter(|g| g.leads()) {
             match pass(group.as_ref(), &tiering, &log).await {
-                Ok(bytes) => since_reclaim += bytes,
+                Ok(passed) => {
+                    since_reclaim += passed.bytes;
+                    more |= passed.more;
+                }
                 Err(err) => {
                     failed = true;
                     tiering
@@ -110,12 +120,20 @@ pub(crate) fn count_totals<G: MaintainedGroup + ?Sized>(groups: &[Arc<G>], tieri
         .store(sum.doomed, Ordering::Relaxed);
 }
 
-/// One pass over one group: tiers what is due; returns the bytes tiered.
+/// What a pass did.
+pub(crate) struct Passed {
+    /// Bytes tiered.
+    pub bytes: u64,
+    /// It took as many chunks as one pass takes: more may be due.
+    pub more: bool,
+}
+
+/// One pass over one group: tiers what is due, up to a batch of chunks.
 pub(crate) async fn pass<G: MaintainedGroup + ?Sized>(
     group: &G,
     tiering: &Arc<Tiering>,
     log: &Arc<Log>,
-) -> Result<u64, String> {
+) -> Result<Passed, String> {
     let config = &tiering.config;
     let term = group.term();
     let head = log.durable_position();
@@ -128,6 +146,7 @@ pub(crate) async fn pass<G: MaintainedGroup + ?Sized>(
     };
     let now = now_ms();
     let work = group.view().with_state(|s| s.tier_candidates(&policy, now));
+    let more = work.len() == policy.max_chunks;
     let snapshots = group.view().with_state(|s| s.snapshots_in_log(8));
     let mut tiered = 0;
     let mut first_error = None;
@@ -150,7 +169,10 @@ pub(crate) async fn pass<G: MaintainedGroup + ?Sized>(
     }
     match first_error {
         Some(err) => Err(err),
-        None => Ok(tiered),
+        None => Ok(Passed {
+            bytes: tiered,
+            more,
+        }),
     }
 }
 
