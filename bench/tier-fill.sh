@@ -22,6 +22,7 @@ payload=${PAYLOAD:-256}
 batch=${BATCH:-1}
 port=${PORT:-4702}
 work=${WORK:-$(mktemp -d)}
+mkdir -p "$work"
 pid=
 sampler=
 cleanup() {

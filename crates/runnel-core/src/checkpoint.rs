@@ -28,7 +28,14 @@ const CHECKPOINT_VERSION: u8 = 3;
 impl StreamsState {
     /// Encodes the whole state.
     pub fn encode_checkpoint(&self) -> Vec<u8> {
-        let mut w = Writer::wrap(Vec::new());
+        let mut out = Vec::new();
+        self.encode_checkpoint_into(&mut out);
+        out
+    }
+
+    /// Appends the encoding of the whole state to `out`.
+    pub fn encode_checkpoint_into(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::wrap(std::mem::take(out));
         w.u8(CHECKPOINT_VERSION);
         w.u64(self.next_id);
         let mut ids: Vec<_> = self.streams.keys().copied().collect();
@@ -46,7 +53,7 @@ impl StreamsState {
             d.object.write(&mut w);
             w.i64(d.queued_ms);
         }
-        w.finish()
+        *out = w.finish();
     }
 
     /// Decodes a state written by [`StreamsState::encode_checkpoint`].
@@ -74,7 +81,7 @@ impl StreamsState {
                     seq: r.u64()?,
                     stream: r.u64()?,
                     snapshot_offset: r.opt_u64()?,
-                    object: Arc::new(ColdChunk::read(&mut r)?),
+                    object: ColdChunk::read(&mut r)?,
                     queued_ms: r.i64()?,
                 });
             }
@@ -216,7 +223,7 @@ fn decode_snapshot(r: &mut Reader<'_>, version: u8) -> Result<SnapshotRef, Codec
     } else {
         match r.u8()? {
             0 => Placement::Log(r.u64()?),
-            1 => Placement::Object(Arc::new(ColdChunk::read(r)?)),
+            1 => Placement::Object(ColdChunk::read(r)?),
             other => return Err(CodecError::BadFlag(other)),
         }
     };
@@ -269,7 +276,7 @@ fn decode_stream(
     let mut cold = Vec::new();
     if version >= 3 {
         for _ in 0..r.u64()? {
-            cold.push(Arc::new(ColdChunk::read(r)?));
+            cold.push(ColdChunk::read(r)?);
         }
     }
     let producer_count = r.u64()?;

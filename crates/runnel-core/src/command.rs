@@ -665,10 +665,8 @@ mod tests {
         ColdChunk {
             start: 10,
             end: 20,
-            size: 99,
-            footer_pos: 70,
+            footer_len: 16,
             block_size: 1 << 20,
-            oldest_at_ms: -3,
             newest_at_ms: 4,
             term: 5,
             node: 2,

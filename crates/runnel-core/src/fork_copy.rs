@@ -25,8 +25,6 @@
 use crate::codec::{CodecError, Reader, Writer};
 use crate::command::StreamId;
 use crate::error::CoreError;
-use std::sync::Arc;
-
 use crate::state::{Applied, Slice, StreamsState};
 use crate::stream::Chunk;
 use crate::tier::ColdChunk;
@@ -252,7 +250,7 @@ impl StreamsState {
                     let end = end.min(point);
                     pieces.push(MaterialPiece::Object(Slice::Object {
                         stream: owner,
-                        chunk: Arc::clone(chunk),
+                        chunk: chunk.clone(),
                         from: pos,
                         to: end,
                     }));
@@ -337,7 +335,7 @@ pub fn inherited_from_object(
 /// Where a byte of a stream is stored.
 enum Stored<'a> {
     Log(&'a Chunk),
-    Object(StreamId, &'a Arc<ColdChunk>),
+    Object(StreamId, &'a ColdChunk),
 }
 
 /// Where part of a fork's copy of its source comes from.

@@ -14,6 +14,7 @@
 pub mod checkpoint;
 mod codec;
 pub mod command;
+mod create;
 pub mod error;
 pub mod fork_copy;
 pub mod history;

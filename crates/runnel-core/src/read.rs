@@ -2,8 +2,6 @@
 //! the response says about the stream (next offset, up to date, closed).
 //! Planning is pure; the engine copies the slices out of its log.
 
-use std::sync::Arc;
-
 use crate::command::StreamId;
 use crate::error::CoreError;
 use crate::offset::{Offset, ReadFrom};
@@ -172,7 +170,7 @@ impl StreamsState {
                 }
                 slices.push(Slice::Object {
                     stream: stream.id,
-                    chunk: Arc::clone(chunk),
+                    chunk: chunk.clone(),
                     from: slice_lo,
                     to: slice_hi,
                 });

@@ -139,7 +139,7 @@ pub struct StreamState {
 pub(crate) struct Extras {
     /// Tiered history: one reference per chunk object, in stream order,
     /// all before the hot chunks.
-    pub(crate) cold: Vec<Arc<ColdChunk>>,
+    pub(crate) cold: Vec<ColdChunk>,
     pub ttl_secs: Option<u64>,
     pub expires_at_ms: Option<i64>,
     pub(crate) base: Option<ForkBase>,
@@ -243,8 +243,7 @@ impl StreamState {
     /// Bytes of index memory this stream holds (for the memory budget and
     /// documentation of index cost per GiB).
     pub fn index_bytes(&self) -> usize {
-        self.x().cold.capacity() * std::mem::size_of::<Arc<ColdChunk>>()
-            + self.x().cold.len() * (std::mem::size_of::<ColdChunk>() + 16)
+        self.x().cold.capacity() * std::mem::size_of::<ColdChunk>()
             + self.chunks.capacity() * std::mem::size_of::<Chunk>()
             + self
                 .chunks
@@ -257,6 +256,12 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tiered_chunk_costs_56_bytes() {
+        // README states the memory a tiered chunk costs from this size.
+        assert_eq!(std::mem::size_of::<ColdChunk>(), 56);
+    }
 
     #[test]
     fn an_index_entry_costs_48_bytes() {

@@ -71,7 +71,7 @@ impl Harness {
                 append_ends: Vec::new(),
                 message_ends: Vec::new(),
             };
-            let (mut oldest, mut newest) = (i64::MAX, i64::MIN);
+            let mut newest = i64::MIN;
             for p in &w.pieces {
                 let base = object.data.len() as u32;
                 object
@@ -87,7 +87,6 @@ impl Harness {
                     }
                 }
                 object.append_ends.push(object.data.len() as u32);
-                oldest = oldest.min(p.at_ms);
                 newest = newest.max(p.at_ms);
             }
             let nonce = self.objects.len() as u64 + 1;
@@ -96,10 +95,8 @@ impl Harness {
             let chunk = ColdChunk {
                 start: w.start,
                 end: w.end,
-                size: len,
-                footer_pos: len,
+                footer_len: 16,
                 block_size: 1 << 20,
-                oldest_at_ms: oldest,
                 newest_at_ms: newest,
                 term: 0,
                 node: 0,
@@ -126,6 +123,7 @@ impl Harness {
             max_bytes: 1 << 20,
             pressure_before_loc: None,
             max_chunks: usize::MAX,
+            max_pass_bytes: u64::MAX,
         };
         while self.tier_at(T0, &policy).iter().any(Result::is_ok) {}
     }

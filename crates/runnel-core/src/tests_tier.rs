@@ -47,10 +47,8 @@ fn chunk(start: u64, end: u64, term: u64) -> ColdChunk {
     ColdChunk {
         start,
         end,
-        size: end - start,
-        footer_pos: end - start,
+        footer_len: 16,
         block_size: 1 << 20,
-        oldest_at_ms: T0,
         newest_at_ms: T0,
         term,
         node: 1,
@@ -89,6 +87,7 @@ fn tiered_streams_read_exactly_as_before_from_every_position() {
         max_bytes: 20,
         pressure_before_loc: None,
         max_chunks: 2,
+        max_pass_bytes: u64::MAX,
     };
     let answers = h.tier_at(T0, &policy);
     assert!(answers.iter().all(Result::is_ok), "{answers:?}");
@@ -268,6 +267,7 @@ fn retention_drops_tiered_history_a_whole_chunk_at_a_time() {
             max_bytes: 5,
             pressure_before_loc: None,
             max_chunks: 10,
+            max_pass_bytes: u64::MAX,
         };
         h.tier_at(T0, &policy);
     }
@@ -297,6 +297,7 @@ fn tier_candidates_follow_size_age_and_pressure() {
         max_bytes: 1 << 20,
         pressure_before_loc: None,
         max_chunks: 10,
+        max_pass_bytes: u64::MAX,
     };
     let names = |h: &Harness, p: &TierPolicy| -> Vec<String> {
         h.state
@@ -454,6 +455,7 @@ fn run_op(h: &mut Harness, now: &mut i64, op: &Op) -> Vec<Result<Applied, CoreEr
                 max_bytes: u64::from(*max),
                 pressure_before_loc: None,
                 max_chunks: 3,
+                max_pass_bytes: u64::MAX,
             };
             return h.tier_at(*now, &policy);
         }
@@ -509,7 +511,7 @@ proptest! {
         let before: Vec<_> = (0..4u8)
             .flat_map(|n| [2, u64::MAX].map(|b| reads_everywhere(&h, &format!("s{n}"), b)))
             .collect();
-        let policy = TierPolicy { min_bytes: 0, max_age_ms: 0, max_bytes: max, pressure_before_loc: None, max_chunks: usize::MAX };
+        let policy = TierPolicy { min_bytes: 0, max_age_ms: 0, max_bytes: max, pressure_before_loc: None, max_chunks: usize::MAX, max_pass_bytes: u64::MAX };
         while h.tier_at(now, &policy).iter().any(Result::is_ok) {}
         prop_assert_eq!(h.state.hot_bytes(), 0);
         let after: Vec<_> = (0..4u8)

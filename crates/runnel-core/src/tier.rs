@@ -21,34 +21,32 @@
 //! a read from one.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
-
 use crate::codec::{CodecError, Reader, Writer};
 use crate::command::StreamId;
 use crate::error::CoreError;
 use crate::state::{Applied, StreamsState};
 use crate::stream::StreamState;
 
-/// A reference to a chunk object: a range of one stream's bytes.
+/// A reference to a chunk object: a range of one stream's bytes. Held in
+/// memory once per chunk (56 bytes), so kept small: the object's size and
+/// where its footer starts follow from the range and the block size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColdChunk {
     /// Stream offset of the first byte.
     pub start: u64,
     /// Stream offset after the last byte.
     pub end: u64,
-    /// Object size in bytes, and where its footer starts.
-    pub size: u64,
-    pub footer_pos: u64,
-    /// Stream bytes per checksummed block of the object.
-    pub block_size: u32,
-    /// When the oldest and newest appends in it were made (retention).
-    pub oldest_at_ms: i64,
+    /// When the newest append in it was made (retention by age).
     pub newest_at_ms: i64,
     /// Who uploaded it: with the group, stream and range these make the
     /// object's name (see `runnel_tier::names`).
     pub term: u64,
     pub node: u64,
     pub nonce: u64,
+    /// Stream bytes per checksummed block of the object.
+    pub block_size: u32,
+    /// Bytes of the object after its blocks (footer and trailer).
+    pub footer_len: u32,
 }
 
 impl ColdChunk {
@@ -61,29 +59,26 @@ impl ColdChunk {
     }
 
     pub(crate) fn write(&self, w: &mut Writer) {
-        for v in [self.start, self.end, self.size, self.footer_pos] {
-            w.u64(v);
-        }
-        w.u32(self.block_size);
-        w.i64(self.oldest_at_ms);
+        w.u64(self.start);
+        w.u64(self.end);
         w.i64(self.newest_at_ms);
         for v in [self.term, self.node, self.nonce] {
             w.u64(v);
         }
+        w.u32(self.block_size);
+        w.u32(self.footer_len);
     }
 
     pub(crate) fn read(r: &mut Reader<'_>) -> Result<ColdChunk, CodecError> {
         Ok(ColdChunk {
             start: r.u64()?,
             end: r.u64()?,
-            size: r.u64()?,
-            footer_pos: r.u64()?,
-            block_size: r.u32()?,
-            oldest_at_ms: r.i64()?,
             newest_at_ms: r.i64()?,
             term: r.u64()?,
             node: r.u64()?,
             nonce: r.u64()?,
+            block_size: r.u32()?,
+            footer_len: r.u32()?,
         })
     }
 }
@@ -94,7 +89,7 @@ pub enum Placement {
     /// In this node's log, at this location.
     Log(u64),
     /// In an object of the chunk format (one "append", no messages).
-    Object(Arc<ColdChunk>),
+    Object(ColdChunk),
 }
 
 /// An object no reference needs any more, waiting for its deletion.
@@ -104,7 +99,7 @@ pub struct Doomed {
     pub stream: StreamId,
     /// Set for a snapshot object (its offset is part of its name).
     pub snapshot_offset: Option<u64>,
-    pub object: Arc<ColdChunk>,
+    pub object: ColdChunk,
     /// Time of the command that dropped the reference: the deletion waits
     /// a grace period after it, so reads planned before it can finish.
     pub queued_ms: i64,
@@ -130,8 +125,10 @@ pub struct TierPolicy {
     /// Under disk pressure: streams whose first hot append lies in the
     /// log before this location are tiered whatever their size and age.
     pub pressure_before_loc: Option<u64>,
-    /// At most this many chunks per call.
+    /// At most this many chunks per call...
     pub max_chunks: usize,
+    /// ...and no more once they add up to this many bytes.
+    pub max_pass_bytes: u64,
 }
 
 /// One append to tier: where its bytes are in the log.
@@ -169,7 +166,7 @@ pub struct SnapshotWork {
 pub struct TieredView {
     /// The stream that owns the chunk (a fork's source, or itself).
     pub owner: StreamId,
-    pub chunk: Arc<ColdChunk>,
+    pub chunk: ColdChunk,
     /// Where the view of the chunk ends (a fork point may clip it).
     pub end: u64,
     pub json: bool,
@@ -208,7 +205,7 @@ impl StreamState {
             .or_else(|| self.cold_chunks().last().map(|c| c.newest_at_ms))
     }
 
-    pub fn cold_chunks(&self) -> &[Arc<ColdChunk>] {
+    pub fn cold_chunks(&self) -> &[ColdChunk] {
         &self.x().cold
     }
 }
@@ -227,7 +224,7 @@ impl StreamsState {
                 let end = chunk.end.min(limit);
                 return (pos < end).then(|| TieredView {
                     owner: s.id,
-                    chunk: Arc::clone(chunk),
+                    chunk: chunk.clone(),
                     end,
                     json,
                 });
@@ -269,7 +266,7 @@ impl StreamsState {
         if s.chunks.capacity() > 2 * s.chunks.len() + 8 {
             s.chunks.shrink_to_fit();
         }
-        s.x_mut().cold.push(Arc::new(chunk.clone()));
+        s.x_mut().cold.push(chunk.clone());
         self.hot_bytes -= chunk.len();
         self.cold_bytes += chunk.len();
         Ok(Applied::Tiered { bytes: chunk.len() })
@@ -297,7 +294,7 @@ impl StreamsState {
         if snapshot.placement != Placement::Log(from_loc) || snapshot.len != object.len() {
             return Err(refused("the snapshot changed since it was uploaded"));
         }
-        snapshot.placement = Placement::Object(Arc::new(object.clone()));
+        snapshot.placement = Placement::Object(object.clone());
         Ok(Applied::Tiered {
             bytes: object.len(),
         })
@@ -319,7 +316,7 @@ impl StreamsState {
         &mut self,
         stream: StreamId,
         snapshot_offset: Option<u64>,
-        object: Arc<ColdChunk>,
+        object: ColdChunk,
     ) {
         let seq = self.doomed.next_seq;
         self.doomed.next_seq += 1;
@@ -335,7 +332,7 @@ impl StreamsState {
     /// Queues the snapshot's object, if it has one.
     pub(crate) fn doom_snapshot(&mut self, stream: StreamId, offset: u64, placement: &Placement) {
         if let Placement::Object(object) = placement {
-            self.doom(stream, Some(offset), Arc::clone(object));
+            self.doom(stream, Some(offset), object.clone());
         }
     }
 
@@ -366,8 +363,14 @@ impl StreamsState {
             })
             .collect();
         due.sort_unstable_by_key(|(loc, s)| (*loc, s.id));
+        let mut planned = 0u64;
         due.into_iter()
             .take(policy.max_chunks)
+            .take_while(|(_, s)| {
+                let under = planned < policy.max_pass_bytes;
+                planned += (s.tail - s.hot_start()).min(policy.max_bytes);
+                under
+            })
             .map(|(_, s)| {
                 let mut pieces = Vec::new();
                 let mut len = 0;
@@ -420,14 +423,14 @@ impl StreamsState {
 
     /// Every object a reference, snapshot or queued deletion names, as
     /// (stream, snapshot offset, object): what the orphan sweep keeps.
-    pub fn referenced_objects(&self) -> Vec<(StreamId, Option<u64>, Arc<ColdChunk>)> {
+    pub fn referenced_objects(&self) -> Vec<(StreamId, Option<u64>, ColdChunk)> {
         let mut out = Vec::new();
         for s in self.streams.values() {
-            out.extend(s.cold_chunks().iter().map(|c| (s.id, None, Arc::clone(c))));
+            out.extend(s.cold_chunks().iter().map(|c| (s.id, None, c.clone())));
             let snaps = s.x().snapshots.values().chain(s.x().server_snapshot.iter());
             for snap in snaps {
                 if let Placement::Object(o) = &snap.placement {
-                    out.push((s.id, Some(snap.offset), Arc::clone(o)));
+                    out.push((s.id, Some(snap.offset), o.clone()));
                 }
             }
         }
@@ -435,7 +438,7 @@ impl StreamsState {
             self.doomed
                 .items
                 .iter()
-                .map(|d| (d.stream, d.snapshot_offset, Arc::clone(&d.object))),
+                .map(|d| (d.stream, d.snapshot_offset, d.object.clone())),
         );
         out
     }

@@ -87,20 +87,36 @@ pub(crate) fn decode(bytes: &[u8], groups: usize) -> Result<Loaded, String> {
     Ok(Loaded { groups: loaded })
 }
 
-/// The file's bytes for these groups' states.
-pub(crate) fn encode(groups: &[GroupCheckpoint]) -> Vec<u8> {
-    let mut bytes =
-        Vec::with_capacity(groups.iter().map(|g| g.state.len() + 16).sum::<usize>() + 16);
-    bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(&(groups.len() as u32).to_le_bytes());
-    for g in groups {
-        bytes.extend_from_slice(&g.applied_end.to_le_bytes());
-        bytes.extend_from_slice(&(g.state.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(&g.state);
+/// Builds a checkpoint file's bytes group by group, each group's state
+/// encoded straight into the file (a checkpoint's size in memory once).
+pub(crate) struct FileWriter {
+    bytes: Vec<u8>,
+}
+
+impl FileWriter {
+    pub fn new(groups: usize) -> FileWriter {
+        let mut bytes = Vec::new();
+        bytes.extend_from_slice(MAGIC);
+        bytes.extend_from_slice(&(groups as u32).to_le_bytes());
+        FileWriter { bytes }
     }
-    let crc = crc32c::crc32c(&bytes);
-    bytes.extend_from_slice(&crc.to_le_bytes());
-    bytes
+
+    /// Adds the next group: its applied position and state.
+    pub fn group(&mut self, applied_end: u64, state: &StreamsState) {
+        self.bytes.extend_from_slice(&applied_end.to_le_bytes());
+        let len_at = self.bytes.len();
+        self.bytes.extend_from_slice(&[0; 8]);
+        state.encode_checkpoint_into(&mut self.bytes);
+        let len = (self.bytes.len() - len_at - 8) as u64;
+        self.bytes[len_at..len_at + 8].copy_from_slice(&len.to_le_bytes());
+    }
+
+    /// The file's bytes, checksummed.
+    pub fn finish(mut self) -> Vec<u8> {
+        let crc = crc32c::crc32c(&self.bytes);
+        self.bytes.extend_from_slice(&crc.to_le_bytes());
+        self.bytes
+    }
 }
 
 /// Writes a checkpoint file atomically.
@@ -127,8 +143,9 @@ pub(crate) fn checkpoint_and_collect(
     groups: &[Arc<LocalGroup>],
     log: &Log,
 ) -> Result<Checkpointed, String> {
-    let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint()).collect();
-    let file = encode(&captured);
+    let mut writer = FileWriter::new(groups.len());
+    let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint(&mut writer)).collect();
+    let file = writer.finish();
     store(dir, &file).map_err(|e| format!("writing the checkpoint: {e}"))?;
     let before = captured.iter().map(|g| g.applied_end).min().unwrap_or(0);
     let live = LiveSet::new(

@@ -114,7 +114,7 @@ pub(crate) fn copy_ranges(
         record.clear();
         record.extend_from_slice(prefix);
         record.resize(prefix.len() + len as usize, 0);
-        log.read_at(loc, &mut record[prefix.len()..])
+        log.read_unmapped_at(loc, &mut record[prefix.len()..])
             .map_err(|e| format!("reading live bytes to move: {e}"))?;
         let at = log
             .append(&record)

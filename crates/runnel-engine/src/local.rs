@@ -16,6 +16,7 @@ use runnel_core::{Applied, Command, Entry, StreamsState};
 use runnel_log::{Log, LogError};
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::checkpoint::FileWriter;
 use crate::tier::GroupTier;
 use crate::view::{delegate_reads_to_view, GroupView};
 use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
@@ -60,10 +61,10 @@ pub struct LocalGroup {
     limits: GroupLimits,
 }
 
-/// A group's state as a checkpoint captures it.
+/// What a checkpoint captured of a group besides its state (which went
+/// straight into the file).
 pub(crate) struct GroupCheckpoint {
     pub applied_end: u64,
-    pub state: Vec<u8>,
     /// Log ranges holding live bytes.
     pub live: Vec<(u64, u64)>,
     /// The sequence number the group's next queued object deletion gets.
@@ -108,11 +109,12 @@ impl LocalGroup {
 
     /// The group's state, its applied position and its live log ranges,
     /// captured together.
-    pub(crate) fn checkpoint(&self) -> GroupCheckpoint {
+    pub(crate) fn checkpoint(&self, file: &mut FileWriter) -> GroupCheckpoint {
         let state = self.view.state.read().expect("state lock");
+        let applied_end = self.applied_end.load(Ordering::Acquire);
+        file.group(applied_end, &state);
         GroupCheckpoint {
-            applied_end: self.applied_end.load(Ordering::Acquire),
-            state: state.encode_checkpoint(),
+            applied_end,
             live: state.live_ranges(),
             doomed_next: state.doomed_next_seq(),
         }

@@ -380,7 +380,25 @@ impl Log {
     /// Reads `buf.len()` bytes at a durable position. A read never spans
     /// segments, because records never do.
     pub fn read_at(&self, pos: u64, buf: &mut [u8]) -> Result<(), LogError> {
-        if pos + buf.len() as u64 > self.durable_position() {
+        let (base, segment) = self.segment_at(pos, buf.len())?;
+        segment
+            .read_exact_at(buf, pos - base)
+            .map_err(|e| LogError::io("reading a record", e))
+    }
+
+    /// [`Log::read_at`] with a system call rather than through the
+    /// segment's mapping: for bulk reads of old bytes (tiering them),
+    /// whose pages should not stay in the process's resident memory.
+    pub fn read_unmapped_at(&self, pos: u64, buf: &mut [u8]) -> Result<(), LogError> {
+        let (base, segment) = self.segment_at(pos, buf.len())?;
+        segment
+            .pread_exact_at(buf, pos - base)
+            .map_err(|e| LogError::io("reading a record", e))
+    }
+
+    /// The segment holding `len` durable bytes at `pos`, and its base.
+    fn segment_at(&self, pos: u64, len: usize) -> Result<(u64, Arc<Segment>), LogError> {
+        if pos + len as u64 > self.durable_position() {
             return Err(LogError::OutOfRange(pos));
         }
         let (base, segment) = {
@@ -391,9 +409,7 @@ impl Log {
                 .ok_or(LogError::OutOfRange(pos))?;
             (*base, Arc::clone(segment))
         };
-        segment
-            .read_exact_at(buf, pos - base)
-            .map_err(|e| LogError::io("reading a record", e))
+        Ok((base, segment))
     }
 
     /// Deletes the segments that end at or before `before` and that `keep`

@@ -188,6 +188,25 @@ impl Segment {
         }
     }
 
+    /// Reads exactly `buf.len()` bytes at `offset` with `pread`.
+    pub fn pread_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        self.check_sealed(buf.len(), offset)?;
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(buf, offset)
+    }
+
+    fn check_sealed(&self, len: usize, offset: u64) -> io::Result<()> {
+        match self.sealed_len {
+            // The state points past what the file holds (it lost bytes it
+            // was never told were synced).
+            Some(sealed) if offset.saturating_add(len as u64) > sealed => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                format!("read of {len} bytes at {offset} past the segment's {sealed} bytes"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
     /// Lets the segment grow again (the log appends to it).
     pub fn unseal(&mut self) {
         self.sealed_len = None;
@@ -195,19 +214,7 @@ impl Segment {
 
     /// Reads exactly `buf.len()` bytes at `offset`.
     pub fn read_exact_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
-        if let Some(len) = self.sealed_len {
-            if offset.saturating_add(buf.len() as u64) > len {
-                // The state points past what the file holds (it lost
-                // bytes it was never told were synced).
-                return Err(io::Error::new(
-                    io::ErrorKind::UnexpectedEof,
-                    format!(
-                        "read of {} bytes at {offset} past the segment's {len} bytes",
-                        buf.len()
-                    ),
-                ));
-            }
-        }
+        self.check_sealed(buf.len(), offset)?;
         if let Some(map) = &self.map {
             if let Some(bytes) = map.get(offset, buf.len()) {
                 buf.copy_from_slice(bytes);

@@ -337,7 +337,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         };
         let log = &self.shared.view.log;
         let data = snapshot::encode_transfer(&persisted.file.state, &persisted.live, |loc, buf| {
-            log.read_at(loc, buf).map_err(|e| e.to_string())
+            log.read_unmapped_at(loc, buf).map_err(|e| e.to_string())
         })
         .map_err(snapshot_error)?;
         Ok(Some(Snapshot {

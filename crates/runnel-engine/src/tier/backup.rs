@@ -16,8 +16,7 @@ use runnel_tier::names::CHECKPOINT_AREA;
 use runnel_tier::{CheckpointId, ObjectPath, TierStore};
 
 use super::Tiering;
-use crate::checkpoint;
-use crate::local::GroupCheckpoint;
+use crate::checkpoint::{self, FileWriter};
 use crate::now_ms;
 
 /// Backups kept in the store.
@@ -107,23 +106,15 @@ pub async fn restore(
         .map_err(|e| format!("checkpoint {}: {e}", newest.path()))?;
     let mut lost_bytes = 0;
     let mut streams = 0;
-    let captured: Vec<GroupCheckpoint> = loaded
-        .groups
-        .into_iter()
-        .map(|(mut state, _)| {
-            lost_bytes += state.keep_only_tiered();
-            streams += state.stream_count();
-            GroupCheckpoint {
-                // A fresh, empty log: nothing to replay.
-                applied_end: 0,
-                state: state.encode_checkpoint(),
-                live: Vec::new(),
-                doomed_next: state.doomed_next_seq(),
-            }
-        })
-        .collect();
+    let mut file = FileWriter::new(groups);
+    for (mut state, _) in loaded.groups {
+        lost_bytes += state.keep_only_tiered();
+        streams += state.stream_count();
+        // A fresh, empty log: nothing to replay.
+        file.group(0, &state);
+    }
     runnel_log::create_dir_durable(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    checkpoint::store(dir, &checkpoint::encode(&captured))
+    checkpoint::store(dir, &file.finish())
         .map_err(|e| format!("writing the restored checkpoint: {e}"))?;
     Ok(Some(Restored {
         checkpoint: newest.path().to_string(),

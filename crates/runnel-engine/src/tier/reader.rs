@@ -118,9 +118,10 @@ pub(crate) async fn footer(
     chunk: &ColdChunk,
 ) -> Result<Arc<Footer>, EngineError> {
     let path = chunk_id(tier.group, owner, chunk).path();
+    let footer_pos = layout(chunk).footer_pos();
     tier.tiering
         .cache
-        .footer(&path, chunk.footer_pos, chunk.size)
+        .footer(&path, footer_pos, footer_pos + u64::from(chunk.footer_len))
         .await
         .map_err(|e| read_failed(&tier.tiering, e))
 }
@@ -191,7 +192,7 @@ fn read_ahead(
     view: &GroupView,
     tier: &GroupTier,
     owner: StreamId,
-    chunk: &Arc<ColdChunk>,
+    chunk: &ColdChunk,
     from: u64,
     to: u64,
 ) {

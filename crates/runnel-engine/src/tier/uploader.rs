@@ -143,10 +143,13 @@ pub(crate) async fn pass<G: MaintainedGroup + ?Sized>(
         max_bytes: config.chunk_bytes.min(runnel_tier::chunk::MAX_CHUNK_BYTES),
         pressure_before_loc: head.checked_sub(config.hot_bytes),
         max_chunks: config.upload_concurrency.max(1) * 8,
+        // Bounds what one pass plans and holds (its pieces, its chunks).
+        max_pass_bytes: 64 << 20,
     };
     let now = now_ms();
     let work = group.view().with_state(|s| s.tier_candidates(&policy, now));
-    let more = work.len() == policy.max_chunks;
+    let planned: u64 = work.iter().map(|w| w.end - w.start).sum();
+    let more = work.len() == policy.max_chunks || planned >= policy.max_pass_bytes;
     let snapshots = group.view().with_state(|s| s.snapshots_in_log(8));
     let mut tiered = 0;
     let mut first_error = None;
@@ -193,7 +196,7 @@ async fn upload_chunk<G: MaintainedGroup + ?Sized>(
         let mut builder = ChunkBuilder::new(work.stream, work.start, work.json, block);
         for piece in &work.pieces {
             builder.push_append(piece.len, &piece.message_ends, piece.at_ms, |off, buf| {
-                log.read_at(piece.loc + off, buf)
+                log.read_unmapped_at(piece.loc + off, buf)
             })?;
         }
         Ok::<_, runnel_log::LogError>((builder.finish(), work))
@@ -212,14 +215,12 @@ async fn upload_chunk<G: MaintainedGroup + ?Sized>(
     let chunk = ColdChunk {
         start,
         end,
-        size: built.bytes.len() as u64,
-        footer_pos: built.footer_pos,
-        block_size: block,
-        oldest_at_ms: work.pieces.iter().map(|p| p.at_ms).min().unwrap_or(0),
         newest_at_ms: work.pieces.iter().map(|p| p.at_ms).max().unwrap_or(0),
         term,
         node: tiering.node_id,
         nonce: writer.nonce,
+        block_size: block,
+        footer_len: footer_len(&built)?,
     };
     put(tiering, &id, Bytes::from(built.bytes)).await?;
     failpoint("tier-after-put");
@@ -257,7 +258,7 @@ async fn upload_snapshot<G: MaintainedGroup + ?Sized>(
     let (loc, len) = (work.loc, work.len);
     let built = tokio::task::spawn_blocking(move || {
         let mut builder = ChunkBuilder::new(work.stream, 0, false, block);
-        builder.push_append(len, &[], 0, |off, buf| log.read_at(loc + off, buf))?;
+        builder.push_append(len, &[], 0, |off, buf| log.read_unmapped_at(loc + off, buf))?;
         Ok::<_, runnel_log::LogError>(builder.finish())
     })
     .await
@@ -275,14 +276,12 @@ async fn upload_snapshot<G: MaintainedGroup + ?Sized>(
     let object = ColdChunk {
         start: 0,
         end: len,
-        size: built.bytes.len() as u64,
-        footer_pos: built.footer_pos,
-        block_size: block,
-        oldest_at_ms: 0,
         newest_at_ms: 0,
         term,
         node: tiering.node_id,
         nonce: writer.nonce,
+        block_size: block,
+        footer_len: footer_len(&built)?,
     };
     put(tiering, &id, Bytes::from(built.bytes)).await?;
     let command = Command::TierSnapshot {
@@ -300,6 +299,12 @@ async fn upload_snapshot<G: MaintainedGroup + ?Sized>(
             .fetch_add(1, Ordering::Relaxed);
     }
     Ok(())
+}
+
+/// Bytes of a built object after its blocks.
+fn footer_len(built: &runnel_tier::BuiltChunk) -> Result<u32, String> {
+    u32::try_from(built.bytes.len() as u64 - built.footer_pos)
+        .map_err(|_| "a chunk's footer exceeds 4 GiB".to_string())
 }
 
 /// Uploads a new object. An `AlreadyExists` answer for an object of the
