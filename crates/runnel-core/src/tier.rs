@@ -20,12 +20,12 @@
 //! before it proposes a trim, snapshot or fork there and before it serves
 //! a read from one.
 
-use std::collections::VecDeque;
 use crate::codec::{CodecError, Reader, Writer};
 use crate::command::StreamId;
 use crate::error::CoreError;
 use crate::state::{Applied, StreamsState};
 use crate::stream::StreamState;
+use std::collections::VecDeque;
 
 /// A reference to a chunk object: a range of one stream's bytes. Held in
 /// memory once per chunk (56 bytes), so kept small: the object's size and
