@@ -44,8 +44,10 @@ fn render(status: &serde_json::Value) -> String {
             "single node: {} groups, log at {} bytes\n",
             status["groups"], status["log_position"]
         ));
+        out.push_str(&render_tiering(&status["tiering"]));
         return out;
     }
+    out.push_str(&render_tiering(&status["tiering"]));
     out.push_str(&format!(
         "answered by node {}\n\nnodes:\n",
         status["node_id"]
@@ -91,6 +93,31 @@ fn render(status: &serde_json::Value) -> String {
     out
 }
 
+/// The tiering lines: what is tiered and untiered, and trouble if any.
+fn render_tiering(tiering: &serde_json::Value) -> String {
+    if tiering.is_null() {
+        return "tiering: off\n".into();
+    }
+    let n = |key: &str| tiering[key].as_u64().unwrap_or(0);
+    let mut out = format!(
+        "tiering to {}: {} bytes tiered in {} chunks, {} bytes untiered (503 above {}){}\n",
+        tiering["object_store"].as_str().unwrap_or("?"),
+        n("tiered_bytes"),
+        n("tiered_chunks"),
+        n("untiered_bytes"),
+        n("max_untiered_bytes"),
+        if tiering["backlog_full"] == true {
+            ": BACKLOG FULL, writes refused"
+        } else {
+            ""
+        },
+    );
+    if let Some(error) = tiering["last_error"].as_str() {
+        out.push_str(&format!("  last error: {error}\n"));
+    }
+    out
+}
+
 /// A plain HTTP/1.1 GET (the status endpoint is small; no client crate).
 fn http_get(base: &str, path: &str) -> Result<String, String> {
     let authority = base
@@ -121,4 +148,32 @@ fn http_get(base: &str, path: &str) -> Result<String, String> {
         ));
     }
     Ok(body.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_shows_tiered_and_untiered_bytes_and_a_full_backlog() {
+        let status = serde_json::json!({
+            "mode": "single", "groups": 1, "log_position": 10,
+            "tiering": {
+                "object_store": "s3://b/p", "tiered_bytes": 1000, "tiered_chunks": 3,
+                "untiered_bytes": 20, "max_untiered_bytes": 50, "backlog_full": true,
+                "last_error": "store down",
+            },
+        });
+        let text = render(&status);
+        assert!(
+            text.contains("tiering to s3://b/p: 1000 bytes tiered in 3 chunks, 20 bytes untiered"),
+            "{text}"
+        );
+        assert!(text.contains("BACKLOG FULL"), "{text}");
+        assert!(text.contains("last error: store down"), "{text}");
+        let off = render(
+            &serde_json::json!({"mode": "single", "groups": 1, "log_position": 0, "tiering": null}),
+        );
+        assert!(off.contains("tiering: off"), "{off}");
+    }
 }

@@ -92,10 +92,35 @@ async fn closure_producers_forks_and_deletes_survive_restart() {
             .await
             .unwrap();
         assert_eq!(client.delete(&src).send().await.unwrap().status(), 204);
+        // A closed stream that stays.
+        let closed = server.stream_url("restart/closed");
+        common::create_text(&client, &closed, "xyz").await;
+        let r = client
+            .post(&closed)
+            .header("stream-closed", "true")
+            .send()
+            .await
+            .unwrap();
+        assert!(r.status().is_success());
     }
     let server = Server::start(dir.path(), &[]).await;
     let src = server.stream_url("restart/src");
     let fork = server.stream_url("restart/fork");
+    // Closure survived: HEAD says so, appends are refused, bytes remain.
+    let closed = server.stream_url("restart/closed");
+    let head = client.head(&closed).send().await.unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["stream-closed"], "true");
+    let r = client
+        .post(&closed)
+        .header("content-type", "text/plain")
+        .body("more")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 409);
+    assert_eq!(r.headers()["stream-closed"], "true");
+    assert_eq!(read_all(&client, &closed).await, b"xyz");
     // Soft-deleted: its fork still reads its bytes.
     assert_eq!(client.head(&src).send().await.unwrap().status(), 410);
     assert_eq!(read_all(&client, &fork).await, b"abcdef");
