@@ -667,5 +667,8 @@ async fn leadership_returns_to_the_preferred_node_after_a_restart() {
         .map(|w| w.strip_prefix('w').unwrap().parse().unwrap())
         .collect();
     assert!(stored.windows(2).all(|w| w[0] < w[1]), "{stored:?}");
-    assert!(acked.iter().all(|a| stored.contains(a)), "{stored:?} lacks some of {acked:?}");
+    assert!(
+        acked.iter().all(|a| stored.contains(a)),
+        "{stored:?} lacks some of {acked:?}"
+    );
 }
