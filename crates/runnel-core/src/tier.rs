@@ -266,7 +266,9 @@ impl StreamsState {
         if s.chunks.capacity() > 2 * s.chunks.len() + 8 {
             s.chunks.shrink_to_fit();
         }
-        s.x_mut().cold.push(chunk.clone());
+        let cold = &mut s.x_mut().cold;
+        crate::state::grow_gently(cold);
+        cold.push(chunk.clone());
         self.hot_bytes -= chunk.len();
         self.cold_bytes += chunk.len();
         Ok(Applied::Tiered { bytes: chunk.len() })

@@ -95,7 +95,13 @@ pub(crate) struct FileWriter {
 
 impl FileWriter {
     pub fn new(groups: usize) -> FileWriter {
-        let mut bytes = Vec::new();
+        FileWriter::with_capacity(groups, 0)
+    }
+
+    /// A writer with room for `bytes` (the last checkpoint's size, say),
+    /// so the buffer is not grown by doubling past it.
+    pub fn with_capacity(groups: usize, bytes: usize) -> FileWriter {
+        let mut bytes = Vec::with_capacity(bytes);
         bytes.extend_from_slice(MAGIC);
         bytes.extend_from_slice(&(groups as u32).to_le_bytes());
         FileWriter { bytes }
@@ -143,7 +149,9 @@ pub(crate) fn checkpoint_and_collect(
     groups: &[Arc<LocalGroup>],
     log: &Log,
 ) -> Result<Checkpointed, String> {
-    let mut writer = FileWriter::new(groups.len());
+    // A little more than the file that is there now.
+    let last = std::fs::metadata(path(dir)).map_or(0, |m| m.len() as usize);
+    let mut writer = FileWriter::with_capacity(groups.len(), last + last / 16);
     let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint(&mut writer)).collect();
     let file = writer.finish();
     store(dir, &file).map_err(|e| format!("writing the checkpoint: {e}"))?;
