@@ -34,6 +34,11 @@ kill "$pid"
 wait "$pid" 2>/dev/null || true
 start
 restarted=$(rss_kib "$pid")
+# The recovered figure counts only if the streams are there.
+for i in 0 $((streams / 2)) $((streams - 1)); do
+  code=$(curl -s -o /dev/null -w '%{http_code}' -I "http://127.0.0.1:$port/v1/stream/idle-$i")
+  [ "$code" = 200 ] || { echo "stream idle-$i missing after the restart (HTTP $code)" >&2; exit 1; }
+done
 echo "streams: $streams"
 echo "resident memory: $((before / 1024)) MiB empty, $((after / 1024)) MiB with the streams, $((restarted / 1024)) MiB after a restart"
 echo "per stream: $(((after - before) * 1024 / streams)) bytes (created), $(((restarted - before) * 1024 / streams)) bytes (recovered)"

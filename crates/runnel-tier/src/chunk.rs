@@ -266,8 +266,19 @@ fn encode_footer(f: &Footer) -> Vec<u8> {
     out
 }
 
-/// Checks a block's frame and checksum; returns its stream bytes.
-pub fn verify_block(layout: &Layout, i: u64, framed: &[u8]) -> Result<bytes::Bytes, TierError> {
+/// Checks a block's frame and checksum; returns its stream bytes, which
+/// share the fetched buffer.
+pub fn verify_block(
+    layout: &Layout,
+    i: u64,
+    framed: &bytes::Bytes,
+) -> Result<bytes::Bytes, TierError> {
+    check_block(layout, i, framed)?;
+    Ok(framed.slice(FRAME_LEN as usize..))
+}
+
+/// Checks a block's frame and checksum.
+fn check_block(layout: &Layout, i: u64, framed: &[u8]) -> Result<(), TierError> {
     let span = layout.block_span(i);
     let want = span.end - span.start;
     let bad = |what: &str| TierError::Corrupt(format!("block {i}: {what}"));
@@ -282,7 +293,7 @@ pub fn verify_block(layout: &Layout, i: u64, framed: &[u8]) -> Result<bytes::Byt
     if crc32c::crc32c(payload) != crc {
         return Err(bad("checksum mismatch"));
     }
-    Ok(bytes::Bytes::copy_from_slice(payload))
+    Ok(())
 }
 
 /// Decodes the footer and trailer: the object's bytes from `footer_pos`
@@ -383,7 +394,8 @@ pub fn decode_whole(object: &[u8]) -> Result<(Layout, Vec<u8>, Footer), TierErro
     for i in 0..layout.block_count() {
         let range = layout.block_bytes(i);
         let framed = &object[range.start as usize..range.end as usize];
-        data.extend_from_slice(&verify_block(&layout, i, framed)?);
+        check_block(&layout, i, framed)?;
+        data.extend_from_slice(&framed[FRAME_LEN as usize..]);
     }
     Ok((layout, data, footer))
 }

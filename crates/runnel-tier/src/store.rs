@@ -95,8 +95,15 @@ pub struct TierStore {
     call_timeout: Duration,
     part_bytes: u64,
     describe: String,
+    /// Bounds the reads in flight: a reconnect storm can ask for thousands
+    /// of blocks at once, and a local store runs each read on a blocking
+    /// thread of its own.
+    reads: tokio::sync::Semaphore,
     pub stats: StoreStats,
 }
+
+/// Reads in flight against the store at most.
+const MAX_CONCURRENT_READS: usize = 32;
 
 impl std::fmt::Debug for TierStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -206,6 +213,7 @@ impl TierStore {
             prefix,
             call_timeout,
             part_bytes: 16 << 20,
+            reads: tokio::sync::Semaphore::new(MAX_CONCURRENT_READS),
             stats: StoreStats::default(),
         }
     }
@@ -327,6 +335,7 @@ impl TierStore {
     /// Reads `range` of an object.
     pub async fn get_range(&self, path: &Path, range: Range<u64>) -> Result<Bytes, TierError> {
         let full = self.full(path);
+        let _permit = self.reads.acquire().await.expect("never closed");
         let bytes = self
             .call("get", path, self.inner.get_range(&full, range.clone()))
             .await?;
@@ -348,6 +357,7 @@ impl TierStore {
     /// Reads a whole object.
     pub async fn get(&self, path: &Path) -> Result<Bytes, TierError> {
         let full = self.full(path);
+        let _permit = self.reads.acquire().await.expect("never closed");
         let bytes = self
             .call("get", path, async {
                 self.inner.get(&full).await?.bytes().await

@@ -126,14 +126,35 @@ pub(crate) async fn footer(
         .map_err(|e| read_failed(&tier.tiering, e))
 }
 
+/// Object slices of one read fetched at the same time: a catch-up over
+/// many small chunks would otherwise wait for one store round trip per
+/// chunk, one after another.
+const CONCURRENT_OBJECT_SLICES: usize = 16;
+
 /// The slices' bytes, in order.
 async fn assemble(
     view: &GroupView,
     tier: &GroupTier,
     slices: &[Slice],
 ) -> Result<Bytes, EngineError> {
+    use futures::stream::{FuturesOrdered, StreamExt};
+
     let total: u64 = slices.iter().map(Slice::len).sum();
     let mut body = Vec::with_capacity(total as usize);
+    // Fetched ahead of the copy loop below, which takes them in order.
+    let mut waiting = slices.iter().filter_map(|slice| match slice {
+        Slice::Object {
+            stream,
+            chunk,
+            from,
+            to,
+        } => Some((chunk_id(tier.group, *stream, chunk).path(), layout(chunk), *from, *to)),
+        Slice::Log { .. } => None,
+    });
+    let mut objects = FuturesOrdered::new();
+    for (path, layout, from, to) in waiting.by_ref().take(CONCURRENT_OBJECT_SLICES) {
+        objects.push_back(owned_object_pieces(tier, path, layout, from, to));
+    }
     for slice in slices {
         match slice {
             Slice::Log { loc, len } => {
@@ -143,22 +164,24 @@ async fn assemble(
                     .read_at(*loc, &mut body[at..])
                     .map_err(EngineError::Storage)?;
             }
-            Slice::Object {
-                stream,
-                chunk,
-                from,
-                to,
-            } => {
-                let path = chunk_id(tier.group, *stream, chunk).path();
-                object_range(tier, &path, layout(chunk), *from, *to, &mut body).await?;
+            Slice::Object { .. } => {
+                let pieces = objects
+                    .next()
+                    .await
+                    .expect("one fetch per object slice")?;
+                if let Some((path, layout, from, to)) = waiting.next() {
+                    objects.push_back(owned_object_pieces(tier, path, layout, from, to));
+                }
+                for piece in pieces {
+                    body.extend_from_slice(&piece);
+                }
             }
         }
     }
     Ok(Bytes::from(body))
 }
 
-/// Appends stream positions `from..to` of an object to `out`, fetching
-/// the blocks it needs at once.
+/// Appends stream positions `from..to` of an object to `out`.
 pub(crate) async fn object_range(
     tier: &GroupTier,
     path: &Path,
@@ -167,21 +190,48 @@ pub(crate) async fn object_range(
     to: u64,
     out: &mut Vec<u8>,
 ) -> Result<(), EngineError> {
+    for piece in object_pieces(tier, path, layout, from, to).await? {
+        out.extend_from_slice(&piece);
+    }
+    Ok(())
+}
+
+async fn owned_object_pieces(
+    tier: &GroupTier,
+    path: Path,
+    layout: Layout,
+    from: u64,
+    to: u64,
+) -> Result<Vec<Bytes>, EngineError> {
+    object_pieces(tier, &path, layout, from, to).await
+}
+
+/// Stream positions `from..to` of an object as slices of its cached
+/// blocks, the blocks fetched at once.
+async fn object_pieces(
+    tier: &GroupTier,
+    path: &Path,
+    layout: Layout,
+    from: u64,
+    to: u64,
+) -> Result<Vec<Bytes>, EngineError> {
     if from >= to {
-        return Ok(());
+        return Ok(Vec::new());
     }
     let blocks = layout.block_of(from)..=layout.block_of(to - 1);
     let cache = &tier.tiering.cache;
     let fetched =
         futures::future::join_all(blocks.clone().map(|i| cache.block(path, layout, i))).await;
-    for (i, block) in blocks.zip(fetched) {
-        let block = block.map_err(|e| read_failed(&tier.tiering, e))?;
-        let span = layout.block_span(i);
-        let lo = from.max(span.start) - span.start;
-        let hi = to.min(span.end) - span.start;
-        out.extend_from_slice(&block[lo as usize..hi as usize]);
-    }
-    Ok(())
+    blocks
+        .zip(fetched)
+        .map(|(i, block)| {
+            let block = block.map_err(|e| read_failed(&tier.tiering, e))?;
+            let span = layout.block_span(i);
+            let lo = from.max(span.start) - span.start;
+            let hi = to.min(span.end) - span.start;
+            Ok(block.slice(lo as usize..hi as usize))
+        })
+        .collect()
 }
 
 /// After a read that ended at `to` in `chunk`: if the reader looks
