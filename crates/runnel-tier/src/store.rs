@@ -422,6 +422,29 @@ mod tests {
         )
     }
 
+    /// 100 reads of 1 s each at once: in virtual time they take as many
+    /// seconds as waves of MAX_CONCURRENT_READS, so more in flight (or
+    /// one at a time) would end at another instant.
+    #[tokio::test(start_paused = true)]
+    async fn reads_in_flight_are_bounded() {
+        use crate::fault::{Fault, FaultStore};
+        let faults = FaultStore::new(Arc::new(object_store::memory::InMemory::new()));
+        let store = TierStore::from_store(faults.clone(), Path::from("p"), Duration::from_secs(60));
+        let path = Path::from("x.rnc");
+        store
+            .put_new(&path, Bytes::from_static(b"0123456789"), |_| {})
+            .await
+            .unwrap();
+        faults.set(Fault::Delay(Duration::from_secs(1)));
+        let started = tokio::time::Instant::now();
+        let reads = (0..100).map(|_| store.get_range(&path, 2..5));
+        for read in futures::future::join_all(reads).await {
+            assert_eq!(read.unwrap(), "234");
+        }
+        let waves = 100usize.div_ceil(MAX_CONCURRENT_READS) as u64;
+        assert_eq!(started.elapsed().as_secs(), waves);
+    }
+
     #[tokio::test]
     async fn puts_are_create_only_and_reads_are_ranged() {
         let store = memory();

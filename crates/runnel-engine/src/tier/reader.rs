@@ -148,7 +148,12 @@ async fn assemble(
             chunk,
             from,
             to,
-        } => Some((chunk_id(tier.group, *stream, chunk).path(), layout(chunk), *from, *to)),
+        } => Some((
+            chunk_id(tier.group, *stream, chunk).path(),
+            layout(chunk),
+            *from,
+            *to,
+        )),
         Slice::Log { .. } => None,
     });
     let mut objects = FuturesOrdered::new();
@@ -165,10 +170,7 @@ async fn assemble(
                     .map_err(EngineError::Storage)?;
             }
             Slice::Object { .. } => {
-                let pieces = objects
-                    .next()
-                    .await
-                    .expect("one fetch per object slice")?;
+                let pieces = objects.next().await.expect("one fetch per object slice")?;
                 if let Some((path, layout, from, to)) = waiting.next() {
                     objects.push_back(owned_object_pieces(tier, path, layout, from, to));
                 }
