@@ -2,7 +2,8 @@
 # Installs what the tests need beyond the Rust toolchain, pinned:
 # - moto's S3-compatible server (scripts/requirements-test.txt) in a
 #   virtualenv at target/test-venv, for the tiering tests;
-# - the conformance suite's npm packages (conformance/package-lock.json).
+# - the conformance suite's npm packages (conformance/package-lock.json);
+# - Debian's nftables, for the partition test's packet drops.
 # Re-running it is cheap: each part is skipped when already installed at
 # the pinned versions.
 set -euo pipefail
@@ -18,3 +19,12 @@ if [ ! -x "$venv/bin/moto_server" ] || ! cmp -s "$requirements" "$venv/.installe
 fi
 
 (cd "$root/conformance" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+
+# The partition test drops packets with nftables inside its namespaces.
+nftables_version=1.0.6-2+deb12u2
+if ! command -v nft >/dev/null; then
+  echo "== installing nftables $nftables_version (partition test)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "nftables=$nftables_version" >/dev/null ||
+    { apt-get update -q >/dev/null && apt-get install -y -q "nftables=$nftables_version" >/dev/null; }
+fi

@@ -3,9 +3,10 @@
 # Rust unit, property, integration and crash tests (the tiering tests
 # against moto's S3 server), the Durable Streams conformance suite against
 # the release binary (single node and cluster, with tiering forced on tiny
-# thresholds), and the power-loss and IO-error tests on runnel-faultfs.
-# Needs: a Rust toolchain (rustup), Node.js with npm, python3, curl; root
-# and /dev/fuse for the power-loss tests.
+# thresholds), the power-loss and IO-error tests on runnel-faultfs, and
+# the partition test (a cluster in network namespaces, runnel-netfault).
+# Needs: a Rust toolchain (rustup), Node.js with npm, python3, curl; root,
+# /dev/fuse and iproute2 for the power-loss and partition tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -50,3 +51,5 @@ grep -m1 "VIOLATION" "$never_log"
 rm -f "$never_log"
 echo "== IO errors"
 scripts/io-errors.sh "$bin"
+echo "== partitions, loss and slow links between namespaced nodes (fixed seeds)"
+SEEDS=${PARTITION_SEEDS:-"1 2 3"} DURATION=${PARTITION_SECS:-30} scripts/partitions.sh "$bin"

@@ -634,7 +634,7 @@ impl NodeEngine for ClusterNode {
                 if group.read_barrier().await.is_err() {
                     return false;
                 }
-            } else {
+            } else if !cfg!(feature = "unsafe-stale-reads") {
                 let index = match self.reads.read_index(leader, group.index()).await {
                     Ok(index) => index,
                     Err(reason) => {

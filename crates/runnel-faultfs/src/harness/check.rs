@@ -1,10 +1,8 @@
 //! What the writers append and how a stream read back is judged.
 //!
-//! Every append is a self-describing record, `<wWWWWWWsSSSSSSSSSlLLLL:` then
-//! `LLLL` letters derived from the writer and sequence number, then `>`,
-//! so a stream's bytes parse back into the list of appends it holds, and a
-//! byte that is lost, repeated, reordered or foreign shows as a parse error
-//! or as an append in the wrong place.
+//! Every append is a self-describing record ([`runnel_history::record`]),
+//! so a byte that is lost, repeated, reordered or foreign shows as a parse
+//! error or as an append in the wrong place.
 //!
 //! The rules for a stream: every acknowledged append is there exactly once;
 //! an append whose answer never came (in doubt) is there at most once, and
@@ -15,73 +13,7 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-const HEADER_LEN: usize = 24;
-
-fn mix(mut x: u64) -> u64 {
-    // splitmix64
-    x = x.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    x ^ (x >> 31)
-}
-
-/// The bytes of append `seq` of `writer` (the same every time, so a retry
-/// sends the same body): 225 to 624 bytes. Writer ids below a million.
-pub fn payload(writer: u32, seq: u64) -> Vec<u8> {
-    let h = mix((u64::from(writer) << 40) ^ seq);
-    let len = 200 + (h % 400) as usize;
-    let mut out = format!("<w{writer:06}s{seq:09}l{len:04}:").into_bytes();
-    debug_assert_eq!(out.len(), HEADER_LEN);
-    let mut x = h;
-    for _ in 0..len {
-        x = mix(x);
-        out.push(b'a' + (x % 26) as u8);
-    }
-    out.push(b'>');
-    out
-}
-
-fn field(bytes: &[u8], tag: u8, digits: usize) -> Option<u64> {
-    if bytes.first() != Some(&tag) || bytes.len() < 1 + digits {
-        return None;
-    }
-    std::str::from_utf8(&bytes[1..1 + digits])
-        .ok()?
-        .parse()
-        .ok()
-}
-
-/// Splits a stream's bytes into the appends it holds, (writer, seq) in
-/// stream order, or says where the first byte that is no whole append is.
-pub fn parse(bytes: &[u8]) -> Result<Vec<(u32, u64)>, String> {
-    let mut out = Vec::new();
-    let mut at = 0;
-    while at < bytes.len() {
-        let rest = &bytes[at..];
-        let parsed = (rest.len() >= HEADER_LEN && rest[0] == b'<' && rest[HEADER_LEN - 1] == b':')
-            .then(|| Some((field(&rest[1..], b'w', 6)?, field(&rest[8..], b's', 9)?)))
-            .flatten();
-        let Some((writer, seq)) = parsed else {
-            return Err(format!("foreign bytes at offset {at}: {}", preview(rest)));
-        };
-        let want = payload(writer as u32, seq);
-        if !rest.starts_with(&want) {
-            return Err(format!(
-                "a damaged or partial append (writer {writer}, seq {seq}, {} bytes) at offset {at}: {}",
-                want.len(),
-                preview(rest)
-            ));
-        }
-        out.push((writer as u32, seq));
-        at += want.len();
-    }
-    Ok(out)
-}
-
-fn preview(bytes: &[u8]) -> String {
-    let head = &bytes[..bytes.len().min(48)];
-    format!("{:?}", String::from_utf8_lossy(head))
-}
+pub use runnel_history::record::{parse, payload};
 
 /// What is known of one append.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -1,0 +1,11 @@
+//! runnel-history: what fault tests record and how it is judged, with no
+//! IO and no clock of its own, so the real-process harnesses and the
+//! deterministic simulation can share it.
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`record`] | the self-describing bytes every test append carries, and parsing a stream back into them |
+//! | [`check`] | a recorded history of appends and reads (invocation and completion times, answers) and the checker over it |
+
+pub mod check;
+pub mod record;
