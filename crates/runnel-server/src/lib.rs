@@ -35,6 +35,9 @@ pub struct ServerConfig {
     pub max_snapshot_bytes: u64,
     /// Most message bytes after the snapshot in one bootstrap response.
     pub max_bootstrap_bytes: u64,
+    /// Most bytes a fork across groups copies from its source (the copy is
+    /// one log record of the fork's group); larger forks get 413.
+    pub max_fork_copy_bytes: u64,
     /// Interval of SSE keepalive comments.
     pub sse_keepalive: Duration,
     /// An SSE connection is closed after this long; clients resume from
@@ -64,6 +67,7 @@ impl Default for ServerConfig {
             max_read_bytes: 1 << 20,
             max_snapshot_bytes: 128 << 20,
             max_bootstrap_bytes: 64 << 20,
+            max_fork_copy_bytes: 64 << 20,
             sse_keepalive: Duration::from_secs(15),
             sse_max_duration: Duration::from_secs(60),
             write_stall_timeout: Duration::from_secs(10),

@@ -74,6 +74,10 @@ pub struct ServeArgs {
     /// Most message bytes after the snapshot in one bootstrap [default: 67108864].
     #[arg(long)]
     pub max_bootstrap_bytes: Option<u64>,
+    /// Most bytes a fork across groups copies from its source; larger
+    /// forks get 413 [default: 67108864].
+    #[arg(long)]
+    pub max_fork_copy_bytes: Option<u64>,
     /// Seconds between checkpoints (and log garbage collection) [default: 300].
     #[arg(long)]
     pub checkpoint_interval_secs: Option<u64>,
@@ -381,6 +385,9 @@ impl ServeArgs {
         if let Some(bytes) = pick!(max_bootstrap_bytes) {
             server.max_bootstrap_bytes = bytes.max(1);
         }
+        if let Some(bytes) = pick!(max_fork_copy_bytes) {
+            server.max_fork_copy_bytes = bytes;
+        }
         if let Some(secs) = pick!(checkpoint_interval_secs) {
             engine.checkpoint_interval = Duration::from_secs(secs.max(1));
         }
@@ -402,13 +409,16 @@ impl ServeArgs {
         if let Some(bytes) = pick!(max_memory_bytes) {
             server.max_memory_bytes = Some(bytes);
         }
-        // A record holds one command with its body and a small header.
+        // A record holds one command with its body (an append's, or the
+        // copy a fork across groups brings) and a small header.
         let record_limit = server
             .max_append_bytes
             .saturating_mul(2)
+            .max(server.max_fork_copy_bytes)
             .saturating_add(1 << 20);
-        engine.max_record_bytes = u32::try_from(record_limit)
-            .map_err(|_| "max-append-bytes must be below 2 GiB".to_string())?;
+        engine.max_record_bytes = u32::try_from(record_limit).map_err(|_| {
+            "max-append-bytes must be below 1 GiB and max-fork-copy-bytes below 2 GiB".to_string()
+        })?;
         let listen = match (pick!(listen), &cluster) {
             (Some(listen), _) => listen,
             (None, Some(c)) => c.peers[&c.node_id]

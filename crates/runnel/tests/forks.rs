@@ -112,3 +112,49 @@ async fn a_fork_across_groups_copies_its_source_and_holds_it_while_it_lives() {
     }
     assert_eq!(status_of(&client, &fork_b).await, 404);
 }
+
+#[tokio::test]
+async fn a_fork_across_groups_copying_more_than_the_limit_gets_413() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(
+        dir.path(),
+        &["--groups", "4", "--max-fork-copy-bytes", "10"],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let (src, fork_a, fork_b) = (
+        server.stream_url("src"),
+        server.stream_url("fork-a"),
+        server.stream_url("fork-b"),
+    );
+    let text = [("content-type", "text/plain")];
+    assert_eq!(put(&client, &src, &text, "hello world").await, 201); // 11 bytes
+    let r = client
+        .put(&fork_a)
+        .header("stream-forked-from", "/v1/stream/src")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413, "an 11-byte copy over a 10-byte limit");
+    assert!(
+        r.text().await.unwrap().contains("10"),
+        "the answer names the limit"
+    );
+    assert_eq!(status_of(&client, &fork_a).await, 404, "no fork was made");
+    // A copy within the limit is made.
+    let at_10 = [
+        ("stream-forked-from", "/v1/stream/src"),
+        ("stream-fork-offset", "0000000000000000_0000000000000010"),
+    ];
+    assert_eq!(put(&client, &fork_b, &at_10, "").await, 201);
+    assert_eq!(read_all(&client, &fork_b).await, b"hello worl");
+    assert_eq!(client.delete(&fork_b).send().await.unwrap().status(), 204);
+    assert_eq!(client.delete(&src).send().await.unwrap().status(), 204);
+    // Neither the refused fork nor the deleted one left a pin: the source
+    // goes at once instead of staying soft-deleted (410).
+    assert_eq!(
+        status_of(&client, &src).await,
+        404,
+        "a pin outlived its fork"
+    );
+}

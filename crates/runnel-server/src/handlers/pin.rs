@@ -29,9 +29,6 @@ use crate::AppState;
 /// The pin a request is about.
 pub const PIN_TOKEN: HeaderName = HeaderName::from_static("runnel-pin-token");
 const MATERIAL_TYPE: &str = "application/vnd.runnel.fork-material";
-/// Most bytes a fork across groups copies from its source: the copy is
-/// one log record of the fork's group.
-pub const MAX_FORK_COPY_BYTES: u64 = 64 << 20;
 
 /// `POST {source}/$pin`: pins and answers the fork material.
 pub async fn pin(app: AppState, name: String, request: Request) -> Result<Response, ApiError> {
@@ -55,7 +52,8 @@ pub async fn pin(app: AppState, name: String, request: Request) -> Result<Respon
         unreachable!("a pin answers Pinned");
     };
     let material = app.node.engine_for(&name).fork_material(&name, point).await;
-    let too_large = matches!(&material, Ok((m, _)) if m.data_len() > MAX_FORK_COPY_BYTES);
+    let limit = app.config.max_fork_copy_bytes;
+    let too_large = matches!(&material, Ok((m, _)) if m.data_len() > limit);
     if material.is_err() || too_large {
         let _ = app.node.propose(Command::Unpin { name, token }).await;
     }
@@ -63,7 +61,7 @@ pub async fn pin(app: AppState, name: String, request: Request) -> Result<Respon
     if too_large {
         return Err(ApiError::ForkCopyTooLarge {
             bytes: material.data_len(),
-            limit: MAX_FORK_COPY_BYTES,
+            limit,
         });
     }
     let body = material.encode(&data);
@@ -155,7 +153,9 @@ pub(super) async fn request_pin(
     if response.status() != StatusCode::OK {
         return Err(response);
     }
-    let limit = MAX_FORK_COPY_BYTES as usize + (1 << 20);
+    let limit = usize::try_from(app.config.max_fork_copy_bytes)
+        .unwrap_or(usize::MAX)
+        .saturating_add(1 << 20);
     let body = axum::body::to_bytes(response.into_body(), limit)
         .await
         .map_err(|e| {

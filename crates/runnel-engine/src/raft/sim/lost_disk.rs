@@ -88,11 +88,11 @@ async fn lost_disk(seed: u64) -> bool {
     let leader = agreed_leader(&sim, seed).await;
     let (wiped, cut_off) = ((leader + 1) % 3, (leader + 2) % 3);
     propose(node(&sim, leader), create_text(NAME)).await;
-    propose(node(&sim, leader), append_text(NAME, "a;", None)).await;
+    propose(node(&sim, leader), append_text(NAME, b"a;".to_vec(), None)).await;
 
     // X is acknowledged by L and W alone.
     sim.net.isolate(cut_off as u64 + 1, true);
-    let x = propose(node(&sim, leader), append_text(NAME, "X;", None)).await;
+    let x = propose(node(&sim, leader), append_text(NAME, b"X;".to_vec(), None)).await;
     assert!(matches!(x, Applied::Appended { .. }), "seed {seed}: {x:?}");
     let target = applied(node(&sim, leader));
 

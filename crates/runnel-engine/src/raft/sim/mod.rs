@@ -8,21 +8,21 @@
 //!
 //! Each run drives idempotent producers through partitions, message loss
 //! and delay, node crashes and restarts, and lost disks (a node restarts
-//! with an empty data directory), records what was
-//! acknowledged, then heals the cluster (leaders moved by failovers are
-//! handed back to their preferred nodes, under load) and checks the
-//! history:
-//!
-//! - every acknowledged append is readable, at the offset it was given;
-//! - every replica holds the same bytes for every stream (one order);
-//! - each producer's sequence appears once, in order (no duplicate from a
-//!   retry, no gap), so offsets only grow;
-//! - while the faults run, readers read each stream through the node that
-//!   believes it leads, as forwarded reads are served, or through a
-//!   follower after its read index, as live reads are: every read holds
-//!   what was acknowledged before it began and no less than the previous
-//!   read (a leader cut off from the others, or a lagging follower, must
-//!   not serve stale state).
+//! with an empty data directory), while readers read each stream through
+//! the node that believes it leads, as forwarded reads are served, or
+//! through a follower after its read index, as live reads are. Every
+//! request goes to a random node and is routed as the server routes it
+//! ([`crate::Route`]: served there, forwarded to the leader, or refused
+//! without one). Then the cluster heals (leaders moved by failovers are
+//! handed back to their preferred nodes, under load), every replica must
+//! hold the same bytes, and the recorded history (each append's and read's
+//! invocation and completion on the simulated clock, and its answer) goes
+//! through the same checker as the real-process partition test
+//! ([`runnel_history::check`]): no acknowledged append lost, moved or
+//! repeated, appends in real-time order, every read exactly the final
+//! bytes it covered, and every read holding what was acknowledged before
+//! it began (a leader cut off from the others, or a lagging follower,
+//! must not serve stale state).
 //!
 //! [`lost_disk`] plays one scenario the random faults are unlikely to
 //! reach: a node loses its disk while an acknowledged write is on it and
@@ -36,13 +36,15 @@ mod lost_disk;
 mod net;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use runnel_core::{AppendToStream, Applied, Body, Command, CreateStream, Producer, ReadFrom};
+use runnel_history::check::{AppendOp, History, Micros, ReadOp};
+use runnel_history::record::payload;
 
 use self::net::{SimNet, SimTransport};
 use crate::cluster::{ClusterConfig, ClusterNode};
@@ -141,11 +143,27 @@ impl Sim {
     }
 }
 
-/// What one producer had acknowledged: (seq, offset after it, duplicate).
-type Acks = Vec<(u64, u64, bool)>;
+/// The history of appends and reads, on the simulated clock.
+struct Recorder {
+    origin: tokio::time::Instant,
+    history: Mutex<History>,
+}
 
-fn message(stream: usize, seq: u64) -> String {
-    format!("<{stream}:{seq}>")
+impl Recorder {
+    fn new() -> Arc<Recorder> {
+        Arc::new(Recorder {
+            origin: tokio::time::Instant::now(),
+            history: Mutex::default(),
+        })
+    }
+
+    fn now(&self) -> Micros {
+        self.origin.elapsed().as_micros() as Micros
+    }
+}
+
+fn stream_name(stream: usize) -> String {
+    format!("stream-{stream}")
 }
 
 /// Creates an empty `text/plain` stream.
@@ -157,13 +175,13 @@ fn create_text(name: &str) -> Command {
     })
 }
 
-/// Appends `text` to a `text/plain` stream.
-fn append_text(name: &str, text: &str, producer: Option<Producer>) -> Command {
+/// Appends `data` to a `text/plain` stream.
+fn append_text(name: &str, data: Vec<u8>, producer: Option<Producer>) -> Command {
     Command::Append(AppendToStream {
         name: name.to_string(),
         content_type: Some("text/plain".into()),
         body: Body {
-            data: text.as_bytes().to_vec(),
+            data,
             message_ends: Vec::new(),
         },
         producer,
@@ -197,19 +215,24 @@ async fn propose_via_leader(
     }
 }
 
+/// Appends to one stream with an idempotent producer (writer id = the
+/// stream's index), retrying each sequence number until it is
+/// acknowledged, and records each append in the history.
 async fn producer(
     stream: usize,
     seed: u64,
     nodes: Arc<Mutex<Vec<Arc<ClusterNode>>>>,
     stop: Arc<AtomicBool>,
     trace: Arc<Mutex<Vec<String>>>,
-    acked_end: Arc<AtomicU64>,
-) -> Acks {
+    recorder: Arc<Recorder>,
+) {
     let mut rng = StdRng::seed_from_u64(seed);
-    let name = format!("stream-{stream}");
-    let mut acks = Acks::new();
+    let name = stream_name(stream);
+    let writer = stream as u32;
     let mut created = false;
     let mut seq = 0;
+    // The append being tried, from its first attempt.
+    let mut current: Option<AppendOp> = None;
     while !stop.load(Ordering::Relaxed) {
         let alive = nodes.lock().unwrap().clone();
         if alive.is_empty() {
@@ -222,7 +245,15 @@ async fn producer(
                 epoch: 0,
                 seq,
             };
-            append_text(&name, &message(stream, seq), Some(producer))
+            current.get_or_insert_with(|| AppendOp {
+                stream: name.clone(),
+                writer,
+                seq,
+                invoked: recorder.now(),
+                acked: None,
+                end: None,
+            });
+            append_text(&name, payload(writer, seq), Some(producer))
         } else {
             create_text(&name)
         };
@@ -233,8 +264,12 @@ async fn producer(
                 duplicate,
                 ..
             }) => {
-                acks.push((seq, next_offset.0, duplicate));
-                acked_end.fetch_max(next_offset.0, Ordering::Relaxed);
+                let mut op = current.take().expect("an append was tried");
+                op.acked = Some(recorder.now());
+                // A duplicate's answer gives the stream's tail, not where
+                // the first attempt landed.
+                op.end = (!duplicate).then_some(next_offset.0);
+                recorder.history.lock().unwrap().appends.push(op);
                 trace.lock().unwrap().push(format!(
                     "{} ack {stream}:{seq}@{}",
                     at(),
@@ -249,32 +284,33 @@ async fn producer(
             }
         }
     }
-    acks
+    // Unanswered when the producers stopped: in doubt.
+    if let Some(op) = current {
+        recorder.history.lock().unwrap().appends.push(op);
+    }
 }
 
 /// Reads `stream` through the node that believes it leads the stream's
-/// group, as a client's forwarded catch-up read would be served, and
-/// checks each read is linearizable: it holds every append acknowledged
-/// before it started, and no less than the previous read. (A leader cut
-/// off from the others must not serve its stale state.) Returns the
-/// number of reads served.
+/// group, as a client's forwarded catch-up read would be served, or
+/// through a follower after its read index, and records each read served
+/// in the history. Returns the number of reads served.
 async fn reader(
     stream: usize,
     seed: u64,
     nodes: Arc<Mutex<Vec<Arc<ClusterNode>>>>,
     stop: Arc<AtomicBool>,
-    acked_end: Arc<AtomicU64>,
+    recorder: Arc<Recorder>,
 ) -> usize {
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(100 + stream as u64));
-    let name = format!("stream-{stream}");
-    let (mut served, mut last_len) = (0, 0);
+    let name = stream_name(stream);
+    let mut served = 0;
     while !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(5..50))).await;
         let alive = nodes.lock().unwrap().clone();
         if alive.is_empty() {
             continue;
         }
-        let acked_before = acked_end.load(Ordering::Relaxed);
+        let invoked = recorder.now();
         let asked = &alive[rng.gen_range(0..alive.len())];
         // As the server serves them: at the leader after its read barrier
         // (forwarded there if need be), or, for half the reads, by a
@@ -311,15 +347,16 @@ async fn reader(
         else {
             continue;
         };
-        let len = read.body.len() as u64;
-        assert!(
-            len >= acked_before && len >= last_len,
-            "seed {seed}: a read of {name} through node {} (as {}) saw {len} bytes, after \
-             {acked_before} were acknowledged and a previous read saw {last_len}",
-            target.node_id(),
-            if via_leader { "leader" } else { "follower" }
-        );
-        last_len = len;
+        recorder.history.lock().unwrap().reads.push(ReadOp {
+            stream: name.clone(),
+            reader: 100 + stream as u32,
+            invoked,
+            completed: recorder.now(),
+            start: read.plan.start.0,
+            bytes: read.body.to_vec(),
+            next: read.plan.next.0,
+            up_to_date: read.plan.up_to_date(),
+        });
         served += 1;
     }
     served
@@ -354,7 +391,7 @@ async fn simulate(seed: u64) -> Vec<String> {
     }
     let alive = Arc::new(Mutex::new(sim.alive()));
     let stop = Arc::new(AtomicBool::new(false));
-    let acked_ends: Vec<Arc<AtomicU64>> = (0..STREAMS).map(|_| Arc::default()).collect();
+    let recorder = Recorder::new();
     let producers: Vec<_> = (0..STREAMS)
         .map(|s| {
             tokio::spawn(producer(
@@ -363,7 +400,7 @@ async fn simulate(seed: u64) -> Vec<String> {
                 Arc::clone(&alive),
                 Arc::clone(&stop),
                 Arc::clone(&sim.trace),
-                Arc::clone(&acked_ends[s]),
+                Arc::clone(&recorder),
             ))
         })
         .collect();
@@ -374,7 +411,7 @@ async fn simulate(seed: u64) -> Vec<String> {
                 seed,
                 Arc::clone(&alive),
                 Arc::clone(&stop),
-                Arc::clone(&acked_ends[s]),
+                Arc::clone(&recorder),
             ))
         })
         .collect();
@@ -455,9 +492,8 @@ async fn simulate(seed: u64) -> Vec<String> {
     *alive.lock().unwrap() = sim.alive();
     tokio::time::sleep(CALM).await;
     stop.store(true, Ordering::Relaxed);
-    let mut acks = Vec::new();
     for p in producers {
-        acks.push(p.await.unwrap());
+        p.await.unwrap();
     }
     let mut reads = 0;
     for r in readers {
@@ -465,7 +501,8 @@ async fn simulate(seed: u64) -> Vec<String> {
     }
     sim.note(format!("{} reads {reads}", at()));
     converge(&sim, seed).await;
-    check(&sim, seed, &acks).await;
+    let history = std::mem::take(&mut *recorder.history.lock().unwrap());
+    check(&sim, seed, &history).await;
     let trace = sim.trace.lock().unwrap().clone();
     for i in 0..NODES as usize {
         sim.crash(i).await;
@@ -501,9 +538,12 @@ async fn converge(sim: &Sim, seed: u64) {
     }
 }
 
-async fn check(sim: &Sim, seed: u64, acks: &[Acks]) {
-    for (stream, acked) in acks.iter().enumerate() {
-        let name = format!("stream-{stream}");
+/// Every replica holds the same bytes for every stream, and the history
+/// passes the checker against them.
+async fn check(sim: &Sim, seed: u64, history: &History) {
+    let mut finals = BTreeMap::new();
+    for stream in 0..STREAMS {
+        let name = stream_name(stream);
         let mut replicas = Vec::new();
         for node in sim.alive() {
             let read = node
@@ -511,52 +551,26 @@ async fn check(sim: &Sim, seed: u64, acks: &[Acks]) {
                 .read(&name, ReadFrom::Start, u64::MAX)
                 .await
                 .unwrap_or_else(|e| panic!("seed {seed}: {name} unreadable: {e}"));
-            replicas.push(String::from_utf8(read.body.to_vec()).unwrap());
+            replicas.push(read.body.to_vec());
         }
         assert!(
             replicas.iter().all(|r| *r == replicas[0]),
             "seed {seed}: replicas of {name} differ"
         );
-        let stored = &replicas[0];
-        // One of each sequence number, in order: no duplicate, no gap.
-        let expected: String = (0..acked.len() as u64)
-            .map(|seq| message(stream, seq))
-            .collect();
-        if !stored.starts_with(&expected) {
-            let at = stored
-                .bytes()
-                .zip(expected.bytes())
-                .position(|(a, b)| a != b)
-                .unwrap_or(stored.len().min(expected.len()));
-            let window = |s: &str| s[at.saturating_sub(40)..(at + 40).min(s.len())].to_string();
-            panic!(
-                "seed {seed}: {name} does not hold its acknowledged appends in order; \
-                 at byte {at} it holds ...{} where ...{} was acknowledged",
-                window(stored),
-                window(&expected)
-            );
-        }
-        let rest = &stored[expected.len()..];
-        // An append in flight when the producers stopped may have landed.
-        assert!(
-            rest.is_empty() || rest == message(stream, acked.len() as u64),
-            "seed {seed}: {name} holds unexpected bytes after its acknowledged appends: {rest}"
-        );
-        let mut last_end = 0;
-        for (seq, end, duplicate) in acked {
-            let text = message(stream, *seq);
-            if !duplicate {
-                let start = *end as usize - text.len();
-                assert_eq!(
-                    &stored[start..*end as usize],
-                    text,
-                    "seed {seed}: {name} seq {seq} is not at its acknowledged offset"
-                );
-                assert!(*end > last_end, "seed {seed}: offsets went backwards");
-                last_end = *end;
-            }
-        }
+        finals.insert(name, replicas.swap_remove(0));
     }
+    let report = runnel_history::check::check(history, &finals);
+    assert!(
+        report.ok(),
+        "seed {seed}: the history breaks the rules ({}):\n{}",
+        report.summary(),
+        report.anomalies.join("\n")
+    );
+    assert!(
+        report.tail_reads > 0,
+        "seed {seed}: no read reached the tail: nothing was checked"
+    );
+    sim.note(format!("checked: {}", report.summary()));
 }
 
 fn seeds() -> Vec<u64> {
@@ -580,11 +594,17 @@ fn sim_corpus_keeps_every_acknowledged_append() {
             .find_map(|e| e.split(" reads ").nth(1))
             .unwrap_or("0")
             .to_string();
-        let faults = trace.len() - acked - 1;
+        let checked = trace
+            .iter()
+            .find_map(|e| e.strip_prefix("checked: "))
+            .unwrap_or("not checked")
+            .to_string();
+        // Everything else in the trace is a fault event.
+        let faults = trace.len() - acked - 2;
         let wipes = trace.iter().filter(|e| e.contains(" wipe ")).count();
         eprintln!(
-            "seed {seed}: {acked} acknowledged appends, {reads} checked reads, \
-             {faults} fault events ({wipes} lost disks)"
+            "seed {seed}: {acked} acknowledged appends, {reads} reads, \
+             {faults} fault events ({wipes} lost disks); {checked}"
         );
         assert!(
             acked > 50,
