@@ -157,9 +157,12 @@ impl Head {
         let method = Method::from_bytes(parsed.method?.as_bytes()).ok()?;
         let mut body_len = None;
         let mut keep_alive = true;
+        let mut hosts = 0;
         for header in parsed.headers.iter() {
             let name = header.name.as_bytes();
-            if name.eq_ignore_ascii_case(b"content-length") {
+            if name.eq_ignore_ascii_case(b"host") {
+                hosts += 1;
+            } else if name.eq_ignore_ascii_case(b"content-length") {
                 let len = std::str::from_utf8(header.value.trim_ascii()).ok()?;
                 if body_len.is_some() || !len.bytes().all(|b| b.is_ascii_digit()) {
                     return None;
@@ -178,6 +181,11 @@ impl Head {
             {
                 keep_alive = false;
             }
+        }
+        // Without exactly one Host the request is refused, by the general
+        // path (`routes::respond`), which says why.
+        if hosts != 1 {
+            return None;
         }
         let body_len = body_len.unwrap_or(0);
         let bodiless = matches!(method, Method::GET | Method::HEAD);
@@ -397,9 +405,9 @@ mod tests {
     #[test]
     fn malformed_requests_go_to_hyper_with_their_bytes() {
         for bytes in [
-            &b"\x01GET / HTTP/1.1\r\n"[..],
-            b"GET /v1/stream/a HTTP/1.1\r\nbad header\r\n\r\n",
-            b"GET /v1/stream/a HTTP/1.1\r\nx: \x01\r\n\r\n",
+            &b"\x01GET / HTTP/1.1\r\nHost: x\r\n"[..],
+            b"GET /v1/stream/a HTTP/1.1\r\nHost: x\r\nbad header\r\n\r\n",
+            b"GET /v1/stream/a HTTP/1.1\r\nHost: x\r\nx: \x01\r\n\r\n",
         ] {
             match decide(bytes) {
                 Some(NextRequest::Other(kept)) => assert_eq!(&kept[..], bytes),
@@ -442,19 +450,19 @@ mod tests {
     #[test]
     fn bodies_this_path_does_not_take_go_to_hyper() {
         let large = format!(
-            "POST /v1/stream/a HTTP/1.1\r\ncontent-length: {}\r\n\r\n",
+            "POST /v1/stream/a HTTP/1.1\r\nHost: x\r\ncontent-length: {}\r\n\r\n",
             DIRECT_BODY_LIMIT + 1
         );
         let mut pipelined = APPEND.to_vec();
-        pipelined.extend_from_slice(b"GET /v1/stream/a HTTP/1.1\r\n\r\n");
+        pipelined.extend_from_slice(b"GET /v1/stream/a HTTP/1.1\r\nHost: x\r\n\r\n");
         for head in [
             large.as_bytes(),
             &pipelined,
-            b"POST /v1/stream/a HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
-            b"POST /v1/stream/a HTTP/1.1\r\ncontent-length: 1\r\nexpect: 100-continue\r\n\r\n",
-            b"POST /v1/stream/a HTTP/1.1\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\nx",
-            b"POST /v1/stream/a HTTP/1.1\r\ncontent-length: +1\r\n\r\nx",
-            b"POST /v1/stream/a HTTP/1.1\r\ncontent-length: 99999999999999999999999\r\n\r\n",
+            b"POST /v1/stream/a HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"POST /v1/stream/a HTTP/1.1\r\nHost: x\r\ncontent-length: 1\r\nexpect: 100-continue\r\n\r\n",
+            b"POST /v1/stream/a HTTP/1.1\r\nHost: x\r\ncontent-length: 1\r\ncontent-length: 1\r\n\r\nx",
+            b"POST /v1/stream/a HTTP/1.1\r\nHost: x\r\ncontent-length: +1\r\n\r\nx",
+            b"POST /v1/stream/a HTTP/1.1\r\nHost: x\r\ncontent-length: 99999999999999999999999\r\n\r\n",
             b"POST /v1/stream/a HTTP/1.0\r\ncontent-length: 1\r\n\r\nx",
         ] {
             assert!(
@@ -463,7 +471,7 @@ mod tests {
                 String::from_utf8_lossy(head)
             );
         }
-        let bodiless_post = b"POST /v1/stream/a HTTP/1.1\r\nStream-Closed: true\r\n\r\n";
+        let bodiless_post = b"POST /v1/stream/a HTTP/1.1\r\nHost: x\r\nStream-Closed: true\r\n\r\n";
         assert!(matches!(
             decide(bodiless_post),
             Some(NextRequest::Plain { .. })
@@ -479,14 +487,22 @@ mod tests {
                 true,
             ),
             (
-                b"GET /v1/stream/a?live=long-poll HTTP/1.1\r\n\r\n",
+                b"GET /v1/stream/a?live=long-poll HTTP/1.1\r\nHost: x\r\n\r\n",
                 Method::GET,
                 true,
             ),
-            (b"GET /health?live=sse HTTP/1.1\r\n\r\n", Method::GET, true),
-            (b"HEAD /v1/stream/a HTTP/1.1\r\n\r\n", Method::HEAD, true),
             (
-                b"GET /health HTTP/1.1\r\nConnection: keep-alive, Close\r\n\r\n",
+                b"GET /health?live=sse HTTP/1.1\r\nHost: x\r\n\r\n",
+                Method::GET,
+                true,
+            ),
+            (
+                b"HEAD /v1/stream/a HTTP/1.1\r\nHost: x\r\n\r\n",
+                Method::HEAD,
+                true,
+            ),
+            (
+                b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: keep-alive, Close\r\n\r\n",
                 Method::GET,
                 false,
             ),
@@ -511,14 +527,14 @@ mod tests {
     fn heads_this_path_does_not_serve_go_to_hyper() {
         for head in [
             &b"GET /v1/stream/a?live=sse HTTP/1.0\r\n\r\n"[..],
-            b"GET /v1/stream/a?live=sse HTTP/1.1\r\ncontent-length: 3\r\n\r\nabc",
-            b"GET /v1/stream/a?live=sse HTTP/1.1\r\ntransfer-encoding: chunked\r\n\r\n",
-            b"GET /v1/stream/a?live=sse HTTP/1.1\r\nexpect: 100-continue\r\n\r\n",
-            b"GET /v1/stream/a?live=sse HTTP/1.1\r\n\r\nGET /v1/stream/a HTTP/1.1\r\n\r\n",
-            b"GET /v1/stream/a?live=sse HTTP/1.1\r\nbad header\r\n\r\n",
+            b"GET /v1/stream/a?live=sse HTTP/1.1\r\nHost: x\r\ncontent-length: 3\r\n\r\nabc",
+            b"GET /v1/stream/a?live=sse HTTP/1.1\r\nHost: x\r\ntransfer-encoding: chunked\r\n\r\n",
+            b"GET /v1/stream/a?live=sse HTTP/1.1\r\nHost: x\r\nexpect: 100-continue\r\n\r\n",
+            b"GET /v1/stream/a?live=sse HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/stream/a HTTP/1.1\r\nHost: x\r\n\r\n",
+            b"GET /v1/stream/a?live=sse HTTP/1.1\r\nHost: x\r\nbad header\r\n\r\n",
             b"HEAD /v1/stream/a HTTP/1.0\r\n\r\n",
-            b"GET /v1/stream/a HTTP/1.1\r\nupgrade: websocket\r\n\r\n",
-            b"GET /v1/stream/a HTTP/1.1\r\n\r\nGET /v1/stream/a HTTP/1.1\r\n\r\n",
+            b"GET /v1/stream/a HTTP/1.1\r\nHost: x\r\nupgrade: websocket\r\n\r\n",
+            b"GET /v1/stream/a HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/stream/a HTTP/1.1\r\nHost: x\r\n\r\n",
         ] {
             assert!(
                 matches!(decide(head), Some(NextRequest::Other(_))),
@@ -526,8 +542,25 @@ mod tests {
                 String::from_utf8_lossy(head)
             );
         }
-        let empty_body = b"GET /v1/stream/a?live=sse HTTP/1.1\r\ncontent-length: 0\r\n\r\n";
+        let empty_body =
+            b"GET /v1/stream/a?live=sse HTTP/1.1\r\nHost: x\r\ncontent-length: 0\r\n\r\n";
         assert!(matches!(decide(empty_body), Some(NextRequest::Sse(_))));
+    }
+
+    #[test]
+    fn without_exactly_one_host_the_general_path_answers() {
+        for head in [
+            &b"GET /v1/stream/a HTTP/1.1\r\n\r\n"[..],
+            b"GET /v1/stream/a HTTP/1.1\r\nHost: x\r\nhost: y\r\n\r\n",
+            b"POST /v1/stream/a HTTP/1.1\r\ncontent-length: 1\r\n\r\nx",
+            b"GET /v1/stream/a?live=sse HTTP/1.1\r\n\r\n",
+        ] {
+            assert!(
+                matches!(decide(head), Some(NextRequest::Other(_))),
+                "{}",
+                String::from_utf8_lossy(head)
+            );
+        }
     }
 
     #[tokio::test]

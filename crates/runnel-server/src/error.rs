@@ -14,6 +14,9 @@ pub enum ApiError {
     BadRequest(String),
     /// Body over the configured limit.
     PayloadTooLarge(u64),
+    /// The client sent no part of the body for this long: 408, and the
+    /// connection is closed (its framing is lost).
+    BodyStalled(std::time::Duration),
     NotFound,
     /// A request clients may not make: 403 with the reason.
     Forbidden(String),
@@ -56,6 +59,16 @@ impl IntoResponse for ApiError {
         let mut headers = HeaderMap::new();
         let (status, reason) = match self {
             ApiError::BadRequest(reason) => (StatusCode::BAD_REQUEST, reason),
+            ApiError::BodyStalled(after) => {
+                headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
+                (
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "no part of the request body arrived for {} s",
+                        after.as_secs()
+                    ),
+                )
+            }
             ApiError::PayloadTooLarge(limit) => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("request body exceeds the {limit}-byte limit"),

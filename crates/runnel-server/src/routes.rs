@@ -8,12 +8,13 @@
 
 use axum::body::Body;
 use axum::response::{IntoResponse, Response};
+use http::header::HOST;
 use http::header::{
     ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
     ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_HEADERS, ALLOW,
     X_CONTENT_TYPE_OPTIONS,
 };
-use http::{HeaderName, HeaderValue, Method, Request, StatusCode};
+use http::{HeaderName, HeaderValue, Method, Request, StatusCode, Version};
 
 use crate::error::ApiError;
 use crate::headers::{names, STREAM_PREFIX};
@@ -32,6 +33,9 @@ pub async fn handle(app: AppState, request: Request<Body>) -> Response {
 /// Answers `request` without the headers every response carries: the
 /// direct path writes those from [`protocol_head`], rendered once.
 pub async fn respond(app: AppState, request: Request<Body>) -> Response {
+    if let Err(refusal) = check_host(&request) {
+        return refusal.into_response();
+    }
     if request.method() == Method::OPTIONS {
         preflight(&request)
     } else {
@@ -60,6 +64,21 @@ async fn route(app: AppState, request: Request<Body>) -> Response {
             .headers_mut()
             .insert(ALLOW, HeaderValue::from_static("GET,HEAD"));
         response
+    }
+}
+
+/// An HTTP/1.1 request carries exactly one Host header (RFC 9112 3.2): a
+/// missing or repeated one is refused with 400, as the RFC requires, so
+/// that no proxy in front and this server disagree on the request's
+/// authority. (HTTP/1.0 has no such rule.)
+fn check_host(request: &Request<Body>) -> Result<(), ApiError> {
+    if request.version() != Version::HTTP_11 {
+        return Ok(());
+    }
+    match request.headers().get_all(HOST).iter().count() {
+        1 => Ok(()),
+        0 => Err(ApiError::bad("an HTTP/1.1 request needs a Host header")),
+        _ => Err(ApiError::bad("a request may carry only one Host header")),
     }
 }
 

@@ -252,7 +252,7 @@ async fn connections_that_send_no_whole_request_in_time_are_closed() {
     // Stopped in the middle of a request's body.
     let mut stalled = tokio::net::TcpStream::connect(&addr).await.unwrap();
     let head =
-        "POST /v1/stream/s HTTP/1.1\r\ncontent-type: text/plain\r\ncontent-length: 10\r\n\r\nabc";
+        "POST /v1/stream/s HTTP/1.1\r\nhost: a\r\ncontent-type: text/plain\r\ncontent-length: 10\r\n\r\nabc";
     stalled.write_all(head.as_bytes()).await.unwrap();
     let (received, closed) = read_until_closed(&mut stalled, within).await;
     assert!(closed, "still open: {received:?}");

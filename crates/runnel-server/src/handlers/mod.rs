@@ -199,22 +199,49 @@ pub fn status(app: &AppState) -> Response {
 
 /// Reads a request body up to the configured append limit.
 async fn body_bytes(app: &AppState, body: Body) -> Result<Bytes, ApiError> {
-    body_bytes_up_to(app.config.max_append_bytes, body).await
+    body_bytes_up_to(app, app.config.max_append_bytes, body).await
 }
 
-/// Reads a request body up to `limit` bytes (413 past it).
-async fn body_bytes_up_to(limit: u64, body: Body) -> Result<Bytes, ApiError> {
-    axum::body::to_bytes(body, usize::try_from(limit).unwrap_or(usize::MAX))
-        .await
-        .map_err(|e| {
-            let too_large = std::error::Error::source(&e)
-                .is_some_and(|s| s.is::<http_body_util::LengthLimitError>());
-            if too_large {
-                ApiError::PayloadTooLarge(limit)
-            } else {
-                ApiError::bad(format!("could not read the request body: {e}"))
+/// Reads a request body up to `limit` bytes (413 past it). A client that
+/// sends no part of it for the request read timeout gets 408 and loses
+/// the connection: a slow-loris writer holds no slot for long, whichever
+/// path read the head.
+async fn body_bytes_up_to(app: &AppState, limit: u64, body: Body) -> Result<Bytes, ApiError> {
+    use http_body_util::BodyExt;
+    let stall = app.config.request_read_timeout;
+    let limit_bytes = usize::try_from(limit).unwrap_or(usize::MAX);
+    let mut body = body;
+    let mut out = bytes::BytesMut::new();
+    let mut only: Option<Bytes> = None;
+    loop {
+        let frame = match tokio::time::timeout(stall, body.frame()).await {
+            Err(_) => return Err(ApiError::BodyStalled(stall)),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => {
+                return Err(ApiError::bad(format!(
+                    "could not read the request body: {e}"
+                )))
             }
-        })
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        let held = only.as_ref().map_or(out.len(), Bytes::len);
+        if held + data.len() > limit_bytes {
+            return Err(ApiError::PayloadTooLarge(limit));
+        }
+        // A body in one frame (the usual case) is kept without a copy.
+        match only.take() {
+            None if out.is_empty() => only = Some(data),
+            None => out.extend_from_slice(&data),
+            Some(first) => {
+                out.extend_from_slice(&first);
+                out.extend_from_slice(&data);
+            }
+        }
+    }
+    Ok(only.unwrap_or_else(|| out.freeze()))
 }
 
 /// A request body as stored: JSON bodies validated and framed into

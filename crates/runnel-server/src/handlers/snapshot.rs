@@ -82,7 +82,7 @@ async fn put(
         .filter(|ct| !ct.is_empty())
         .unwrap_or("application/octet-stream")
         .to_string();
-    let data = body_bytes_up_to(app.config.max_snapshot_bytes, body).await?;
+    let data = body_bytes_up_to(&app, app.config.max_snapshot_bytes, body).await?;
     let digest: [u8; 32] = Sha256::digest(&data).into();
     let command = Command::PutSnapshot(PutSnapshot {
         name,
