@@ -91,6 +91,9 @@ pub struct ClusterNode {
     reads: Arc<dyn ReadIndex>,
     /// The groups as peers are answered, with this node's vote guard.
     served: Arc<Served>,
+    /// A leader that has heard from no quorum for this long may be cut
+    /// off: the node is not ready (`/ready`).
+    quorum_silence: Duration,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -349,6 +352,7 @@ impl ClusterNode {
             collector,
             reads,
             served,
+            quorum_silence: config.election_timeout.1 * 2,
             tasks,
         }))
     }
@@ -592,6 +596,36 @@ impl NodeEngine for ClusterNode {
 
     fn write_failure(&self) -> Option<String> {
         self.log.failure().map(|e| e.to_string())
+    }
+
+    /// Not ready while the log failed, or while any group has no leader,
+    /// is led from here without a quorum heard from lately, or holds this
+    /// node's vote because it is still catching up after losing its state.
+    fn unready(&self) -> Option<String> {
+        if let Some(reason) = self.write_failure() {
+            return Some(format!("storage failed: {reason}"));
+        }
+        for group in &self.groups {
+            let index = group.index();
+            if self.served.votes.refuses(index, group.raft()) {
+                return Some(format!("group {index}: catching up after losing its state"));
+            }
+            let metrics = group.raft().metrics().borrow().clone();
+            match metrics.current_leader {
+                None => return Some(format!("group {index} has no leader")),
+                Some(leader) if leader == self.node_id => {
+                    let silent = metrics.millis_since_quorum_ack.map(Duration::from_millis);
+                    if silent.is_none_or(|s| s > self.quorum_silence) {
+                        return Some(format!(
+                            "group {index}: led here, but no quorum answered for {}",
+                            silent.map_or("ever".into(), |s| format!("{} ms", s.as_millis()))
+                        ));
+                    }
+                }
+                Some(_) => {}
+            }
+        }
+        None
     }
 
     fn route(&self, name: &str) -> Route {

@@ -112,6 +112,13 @@ pub trait NodeEngine: Send + Sync + 'static {
     /// Why the node cannot take writes, if it cannot (its log failed).
     fn write_failure(&self) -> Option<String>;
 
+    /// Why this node cannot serve writes and reads now (`/ready` answers
+    /// 503 with it), or `None` when it can.
+    fn unready(&self) -> Option<String> {
+        self.write_failure()
+            .map(|reason| format!("storage failed: {reason}"))
+    }
+
     /// Which node serves requests for `name`.
     fn route(&self, _name: &str) -> Route {
         Route::Local

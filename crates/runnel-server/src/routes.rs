@@ -2,7 +2,7 @@
 //! ([`crate::direct_connection`]) read it: the CORS preflight, the fixed
 //! paths, stream requests, and the headers every response carries.
 //!
-//! Routing is a match on the path rather than a router: there are two
+//! Routing is a match on the path rather than a router: there are three
 //! fixed paths and one prefix, and a router's matching, boxing and layers
 //! cost a good part of what serving a small append costs.
 
@@ -53,6 +53,7 @@ async fn route(app: AppState, request: Request<Body>) -> Response {
     }
     let fixed = match path {
         "/health" => handlers::health,
+        "/ready" => handlers::ready,
         "/_runnel/status" => handlers::status,
         _ => return ApiError::NotFound.into_response(),
     };

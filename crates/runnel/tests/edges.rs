@@ -583,3 +583,80 @@ async fn out_of_file_descriptors_the_server_backs_off_and_recovers() {
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `/ready` of node `i`: its status and body.
+async fn ready(client: &reqwest::Client, cluster: &Cluster, i: usize) -> (u16, String) {
+    match client
+        .get(format!("{}/ready", cluster.base(i)))
+        .send()
+        .await
+    {
+        Ok(r) => (r.status().as_u16(), r.text().await.unwrap_or_default()),
+        Err(e) => (0, e.to_string()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ready_follows_whether_a_node_can_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(3))
+        .build()
+        .unwrap();
+    // A single node is ready once it serves.
+    let single_dir = tempfile::tempdir().unwrap();
+    let single = Server::start(single_dir.path(), &[]).await;
+    let r = client
+        .get(format!("{}/ready", single.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    drop(single);
+
+    let mut cluster = Cluster::start(dir.path(), 3, &[]).await;
+    for i in 0..3 {
+        assert_eq!(
+            ready(&client, &cluster, i).await.0,
+            200,
+            "node {} at start",
+            i + 1
+        );
+    }
+    // Two nodes gone: the last one can serve nothing, and says why.
+    cluster.kill(1);
+    cluster.kill(2);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let reason = loop {
+        let (status, body) = ready(&client, &cluster, 0).await;
+        if status == 503 {
+            break body;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 1 stayed ready without a quorum"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(
+        reason.contains("no leader") || reason.contains("no quorum"),
+        "{reason}"
+    );
+    // One back: a quorum again, and ready again.
+    cluster.restart(1).await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while ready(&client, &cluster, 0).await.0 != 200 || ready(&client, &cluster, 1).await.0 != 200 {
+        assert!(
+            Instant::now() < deadline,
+            "not ready again with a quorum back"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // /ready, like /health, needs no credentials and is never forwarded.
+    let r = client
+        .head(format!("{}/ready", cluster.base(0)))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+}

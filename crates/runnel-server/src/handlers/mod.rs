@@ -191,6 +191,21 @@ pub fn health(app: &AppState) -> Response {
     }
 }
 
+/// Whether this node can serve writes and reads now: 200, or 503 with
+/// the reason (no leader for a group, a leader cut off from its quorum,
+/// catching up, a failed log). Load balancers take a node out on 503.
+pub fn ready(app: &AppState) -> Response {
+    match app.node.unready() {
+        None => "ready\n".into_response(),
+        Some(reason) => (
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            [(http::header::RETRY_AFTER, "1")],
+            format!("not ready: {reason}\n"),
+        )
+            .into_response(),
+    }
+}
+
 /// The node, its groups and their leaders, as JSON (`runnel ctl status`).
 pub fn status(app: &AppState) -> Response {
     let body = serde_json::to_vec_pretty(&app.node.status()).unwrap_or_default();
