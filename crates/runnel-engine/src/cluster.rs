@@ -703,6 +703,50 @@ impl NodeEngine for ClusterNode {
         crate::take_released_pins(&self.groups)
     }
 
+    fn metrics(&self) -> crate::NodeMetrics {
+        if let Some(tiering) = &self.tiering {
+            tier::uploader::count_totals(&self.groups, tiering);
+        }
+        let groups = self
+            .groups
+            .iter()
+            .map(|g| {
+                // Raft's own metrics, not `status()`: that also digests
+                // the whole state, too much for every scrape.
+                let m = g.raft().metrics().borrow().clone();
+                let last = m.last_log_index.unwrap_or(0);
+                crate::GroupMetrics {
+                    group: g.index(),
+                    leader: m.current_leader,
+                    is_leader: m.current_leader == Some(self.node_id),
+                    term: m.current_term,
+                    last_log_index: last,
+                    applied_index: m.last_applied.map_or(0, |l| l.index),
+                    max_follower_lag: m.replication.as_ref().and_then(|followers| {
+                        followers
+                            .iter()
+                            .filter(|(id, _)| **id != self.node_id)
+                            .map(|(_, matched)| last.saturating_sub(matched.map_or(0, |m| m.index)))
+                            .max()
+                    }),
+                    votes: !self.served.votes.refuses(g.index(), g.raft()),
+                }
+            })
+            .collect();
+        crate::NodeMetrics {
+            log_bytes: self.log.durable_position(),
+            log_failed: self.write_failure().is_some(),
+            syncs: self.log.sync_stats(),
+            streams: self
+                .groups
+                .iter()
+                .map(|g| g.view().with_state(|s| s.stream_count() as u64))
+                .sum(),
+            groups,
+            tiering: self.tiering.as_ref().map(|t| t.metrics()),
+        }
+    }
+
     fn status(&self) -> serde_json::Value {
         if let Some(tiering) = &self.tiering {
             tier::uploader::count_totals(&self.groups, tiering);

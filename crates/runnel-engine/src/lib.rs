@@ -12,7 +12,8 @@
 //! Module map: [`node`] opens the data directory, recovers, and routes
 //! names to groups; [`local`] is the local group (its commit task and
 //! state); [`tail`] wakes live readers; [`history`] runs retention and
-//! State Protocol compaction in the background.
+//! State Protocol compaction in the background; [`metrics`] gathers the
+//! figures `/metrics` shows.
 
 mod checkpoint;
 mod clock;
@@ -20,6 +21,7 @@ pub mod cluster;
 pub(crate) mod copy_forward;
 pub mod history;
 pub mod local;
+pub mod metrics;
 pub mod node;
 pub mod raft;
 pub mod tail;
@@ -38,6 +40,7 @@ pub use tier::{TierConfig, Tiering};
 use tokio::sync::watch;
 
 pub use clock::now_ms;
+pub use metrics::{GroupMetrics, NodeMetrics, TierMetrics};
 pub use node::{EngineConfig, Node};
 pub use runnel_log::SyncMode;
 
@@ -145,6 +148,9 @@ pub trait NodeEngine: Send + Sync + 'static {
 
     /// The node, its groups and their leaders, for `runnel ctl status`.
     fn status(&self) -> serde_json::Value;
+
+    /// Figures for `/metrics`, read now.
+    fn metrics(&self) -> NodeMetrics;
 
     /// Whether two streams belong to the same group (a fork of a stream in
     /// another group copies its source instead of sharing it).

@@ -340,6 +340,20 @@ impl NodeEngine for Node {
         })
     }
 
+    fn metrics(&self) -> crate::NodeMetrics {
+        if let Some(tiering) = &self.tiering {
+            tier::uploader::count_totals(&self.groups, tiering);
+        }
+        crate::NodeMetrics {
+            log_bytes: self.log_position(),
+            log_failed: self.write_failure().is_some(),
+            syncs: self.log.sync_stats(),
+            streams: self.groups.iter().map(|g| g.stream_count() as u64).sum(),
+            groups: Vec::new(),
+            tiering: self.tiering.as_ref().map(|t| t.metrics()),
+        }
+    }
+
     fn same_group(&self, a: &str, b: &str) -> bool {
         crate::same_group(a, b, self.groups.len())
     }

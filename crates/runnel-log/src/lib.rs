@@ -624,6 +624,7 @@ impl Committer {
         let took = started.elapsed().min(Duration::from_millis(5));
         self.sync_time = (self.sync_time * 7 + took) / 8;
         self.last_batch_records = self.record_ends.len();
+        shared.syncs.count_records(self.record_ends.len() as u64);
         self.batch.clear();
         self.record_ends.clear();
         Ok(())

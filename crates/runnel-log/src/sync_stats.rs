@@ -16,6 +16,8 @@ const BUCKETS: usize = 2000;
 pub(crate) struct SyncRecorder {
     syncs: AtomicU64,
     nanos: AtomicU64,
+    /// Records written (synced or, with `--sync never`, not).
+    records: AtomicU64,
     buckets: Box<[AtomicU64]>,
 }
 
@@ -24,6 +26,7 @@ impl SyncRecorder {
         SyncRecorder {
             syncs: AtomicU64::new(0),
             nanos: AtomicU64::new(0),
+            records: AtomicU64::new(0),
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -34,6 +37,11 @@ impl SyncRecorder {
         self.syncs.fetch_add(1, Ordering::Relaxed);
         let bucket = (took.as_nanos() / BUCKET.as_nanos()).min(BUCKETS as u128 - 1) as usize;
         self.buckets[bucket].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A batch of `n` records was written.
+    pub fn count_records(&self, n: u64) {
+        self.records.fetch_add(n, Ordering::Relaxed);
     }
 
     pub fn snapshot(&self) -> SyncStats {
@@ -48,6 +56,7 @@ impl SyncRecorder {
         SyncStats {
             syncs: self.syncs.load(Ordering::Relaxed),
             sync_time: Duration::from_nanos(self.nanos.load(Ordering::Relaxed)),
+            records: self.records.load(Ordering::Relaxed),
             buckets,
         }
     }
@@ -58,6 +67,8 @@ impl SyncRecorder {
 pub struct SyncStats {
     pub syncs: u64,
     pub sync_time: Duration,
+    /// Records written; over `syncs`, the records each sync made durable.
+    pub records: u64,
     /// Syncs per 10 µs of duration (trailing empty buckets left out).
     buckets: Vec<u64>,
 }
@@ -77,8 +88,16 @@ impl SyncStats {
         SyncStats {
             syncs: self.syncs.saturating_sub(earlier.syncs),
             sync_time: self.sync_time.saturating_sub(earlier.sync_time),
+            records: self.records.saturating_sub(earlier.records),
             buckets,
         }
+    }
+
+    /// Syncs that took at most `bound` (to the 10 µs of a bucket; syncs
+    /// past 20 ms count only at bounds of 20 ms or more).
+    pub fn at_most(&self, bound: Duration) -> u64 {
+        let whole = (bound.as_nanos() / BUCKET.as_nanos()) as usize;
+        self.buckets.iter().take(whole).sum()
     }
 
     /// The sync duration that a fraction `q` (0..=1) of the syncs did not
@@ -133,5 +152,10 @@ mod tests {
             run.sync_time,
             Duration::from_micros(98 * 195 + 900) + Duration::from_secs(3)
         );
+        assert_eq!(run.at_most(Duration::from_micros(200)), 98);
+        assert_eq!(run.at_most(Duration::from_millis(1)), 99);
+        assert_eq!(run.at_most(Duration::from_secs(1)), 100);
+        recorder.count_records(7);
+        assert_eq!(recorder.snapshot().since(&before).records, 7);
     }
 }

@@ -2,9 +2,10 @@
 //!
 //! This crate maps requests to engine commands and reads, and renders
 //! answers: status codes and headers ([`error`], [`headers`]), catch-up and
-//! long-poll reads and SSE ([`handlers`]), cursors ([`cursor`]), and the
+//! long-poll reads and SSE ([`handlers`]), cursors ([`cursor`]), the
 //! entry point that routes requests and adds the headers every response
-//! carries ([`routes`]). It holds no stream state of its own.
+//! carries ([`routes`]), and what `/metrics` counts ([`metrics`]). It
+//! holds no stream state of its own.
 
 pub mod connection;
 pub mod cursor;
@@ -15,6 +16,7 @@ pub mod handlers;
 pub mod headers;
 pub mod listener;
 pub mod memory;
+pub mod metrics;
 pub mod routes;
 
 use std::sync::Arc;
@@ -116,6 +118,8 @@ pub struct App {
     pub memory: Arc<memory::MemoryGuard>,
     /// This node's name for the `Runnel-Served-By` header.
     pub served_by: http::HeaderValue,
+    /// What `/metrics` reports of the HTTP layer.
+    pub metrics: Arc<metrics::Metrics>,
 }
 
 /// The application over `node`: what [`serve`] answers requests with.
@@ -129,6 +133,7 @@ pub fn app(node: Arc<dyn NodeEngine>, config: ServerConfig) -> AppState {
         live_readers: Arc::new(tokio::sync::Semaphore::new(config.max_live_readers.max(1))),
         sse_cache: Arc::default(),
         memory: memory::MemoryGuard::start(config.max_memory_bytes),
+        metrics: Arc::default(),
         config: Arc::new(config),
     }));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {

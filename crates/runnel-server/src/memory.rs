@@ -57,7 +57,7 @@ impl MemoryGuard {
 
 /// Resident memory of this process, from `/proc/self/statm` (Linux); none
 /// elsewhere, which never trips the limit.
-fn resident_bytes() -> Option<u64> {
+pub(crate) fn resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     // SAFETY: sysconf has no preconditions.

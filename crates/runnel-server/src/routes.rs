@@ -2,7 +2,7 @@
 //! ([`crate::direct_connection`]) read it: the CORS preflight, the fixed
 //! paths, stream requests, and the headers every response carries.
 //!
-//! Routing is a match on the path rather than a router: there are three
+//! Routing is a match on the path rather than a router: there are four
 //! fixed paths and one prefix, and a router's matching, boxing and layers
 //! cost a good part of what serving a small append costs.
 
@@ -18,7 +18,7 @@ use http::{HeaderName, HeaderValue, Method, Request, StatusCode, Version};
 
 use crate::error::ApiError;
 use crate::headers::{names, STREAM_PREFIX};
-use crate::{handlers, AppState};
+use crate::{handlers, metrics, AppState};
 
 const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName =
     HeaderName::from_static("cross-origin-resource-policy");
@@ -33,14 +33,22 @@ pub async fn handle(app: AppState, request: Request<Body>) -> Response {
 /// Answers `request` without the headers every response carries: the
 /// direct path writes those from [`protocol_head`], rendered once.
 pub async fn respond(app: AppState, request: Request<Body>) -> Response {
-    if let Err(refusal) = check_host(&request) {
-        return refusal.into_response();
-    }
-    if request.method() == Method::OPTIONS {
+    let started = std::time::Instant::now();
+    let kind = metrics::Route::of(
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+    );
+    let metrics = std::sync::Arc::clone(&app.metrics);
+    let response = if let Err(refusal) = check_host(&request) {
+        refusal.into_response()
+    } else if request.method() == Method::OPTIONS {
         preflight(&request)
     } else {
         route(app, request).await
-    }
+    };
+    metrics.request(kind, response.status(), started.elapsed());
+    response
 }
 
 async fn route(app: AppState, request: Request<Body>) -> Response {
@@ -55,6 +63,7 @@ async fn route(app: AppState, request: Request<Body>) -> Response {
         "/health" => handlers::health,
         "/ready" => handlers::ready,
         "/_runnel/status" => handlers::status,
+        "/metrics" => handlers::metrics,
         _ => return ApiError::NotFound.into_response(),
     };
     if matches!(*request.method(), Method::GET | Method::HEAD) {

@@ -186,6 +186,26 @@ impl Tiering {
     }
 
     /// The status document's `tiering` section.
+    /// The figures `/metrics` shows.
+    pub fn metrics(&self) -> crate::TierMetrics {
+        let s = &self.stats;
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let store = &self.store.stats;
+        let cache = &self.cache.stats;
+        crate::TierMetrics {
+            untiered_bytes: load(&s.untiered_bytes),
+            tiered_bytes: load(&s.tiered_bytes),
+            backlog_full: self.over_backlog().is_some(),
+            upload_failures: load(&s.upload_failures),
+            read_failures: load(&s.read_failures),
+            store_gets: load(&store.gets),
+            store_puts: load(&store.puts),
+            store_errors: load(&store.errors),
+            cache_hits: load(&cache.hits),
+            cache_misses: load(&cache.misses),
+        }
+    }
+
     pub fn status(&self) -> serde_json::Value {
         let s = &self.stats;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);

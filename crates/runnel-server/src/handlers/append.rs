@@ -25,6 +25,7 @@ use crate::connection::RawRequest;
 use crate::direct_connection::{push_header, start_head, Answer};
 use crate::error::ApiError;
 use crate::headers::{self, names, Lookup, STREAM_PREFIX};
+use crate::metrics;
 use crate::AppState;
 
 pub async fn post(app: AppState, name: String, request: Request) -> Result<Response, ApiError> {
@@ -71,6 +72,7 @@ pub fn direct(
     };
     let app = app.clone();
     Ok(Box::pin(async move {
+        let started = std::time::Instant::now();
         let done = match AppendHeaders::of(&*request) {
             Ok(appending) => {
                 let data = request.body();
@@ -82,8 +84,13 @@ pub fn direct(
             }
             Err(e) => Err(e),
         };
+        let answered = |status| {
+            app.metrics
+                .request(metrics::Route::Append, status, started.elapsed())
+        };
         match done {
             Ok(done) => {
+                answered(done.status);
                 let mut head = start_head(done.status);
                 done.each_header(|name, value| push_header(&mut head, name.as_str(), value));
                 push_header(&mut head, SERVED_BY.as_str(), app.served_by.as_bytes());
@@ -94,6 +101,7 @@ pub fn direct(
             }
             Err(e) => {
                 let mut response = e.into_response();
+                answered(response.status());
                 response
                     .headers_mut()
                     .insert(SERVED_BY, app.served_by.clone());
@@ -189,12 +197,15 @@ async fn append(
         stream_seq,
         close,
     });
+    let started = std::time::Instant::now();
+    let applied = app.node.propose(command).await;
+    app.metrics.append_ack.observe(started.elapsed());
     let Applied::Appended {
         next_offset,
         closed,
         producer,
         duplicate,
-    } = app.node.propose(command).await?
+    } = applied?
     else {
         unreachable!("an append answers Appended");
     };

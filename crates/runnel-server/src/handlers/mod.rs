@@ -26,6 +26,7 @@ use runnel_engine::Route;
 
 use crate::error::ApiError;
 use crate::headers;
+use crate::metrics::{LiveMode, Refusal};
 use crate::AppState;
 
 /// Names the node that answered a stream request (`single` for a single
@@ -76,13 +77,27 @@ pub async fn stream(app: AppState, request: Request) -> Response {
 /// Admits a live reader (SSE or long-poll): refused while the node is over
 /// its memory limit or holds its most live readers. The permit is held as
 /// long as the reader.
-fn admit_live_reader(app: &AppState) -> Result<tokio::sync::OwnedSemaphorePermit, ApiError> {
+fn admit_live_reader(app: &AppState, mode: LiveMode) -> Result<LiveReaderSlot, ApiError> {
     if app.memory.over_limit() {
+        app.metrics.refused(Refusal::Memory);
         return Err(ApiError::OverMemoryLimit);
     }
-    std::sync::Arc::clone(&app.live_readers)
+    let permit = std::sync::Arc::clone(&app.live_readers)
         .try_acquire_owned()
-        .map_err(|_| ApiError::TooManyLiveReaders)
+        .map_err(|_| {
+            app.metrics.refused(Refusal::ReaderLimit);
+            ApiError::TooManyLiveReaders
+        })?;
+    Ok(LiveReaderSlot {
+        _permit: permit,
+        _counted: app.metrics.live_reader(mode),
+    })
+}
+
+/// A live reader's place: its permit, and its count in `/metrics`.
+struct LiveReaderSlot {
+    _permit: tokio::sync::OwnedSemaphorePermit,
+    _counted: crate::metrics::LiveReader,
 }
 
 /// SSE and long-poll reads, which a follower may serve itself (see
@@ -204,6 +219,19 @@ pub fn ready(app: &AppState) -> Response {
         )
             .into_response(),
     }
+}
+
+/// Every metric in the Prometheus text format, read now.
+pub fn metrics(app: &AppState) -> Response {
+    let body = crate::metrics::render::render(&app.metrics, &app.node.metrics());
+    (
+        [(
+            http::header::CONTENT_TYPE,
+            crate::metrics::render::CONTENT_TYPE,
+        )],
+        body,
+    )
+        .into_response()
 }
 
 /// The node, its groups and their leaders, as JSON (`runnel ctl status`).

@@ -92,7 +92,7 @@ async fn wait_for_data(
     if plan.reached_close() {
         return Ok(Waited::Nothing(plan));
     }
-    let _reader = super::admit_live_reader(app)?;
+    let _reader = super::admit_live_reader(app, crate::metrics::LiveMode::LongPoll)?;
     let (id, position) = (plan.info.id, plan.next.position());
     let deadline = tokio::time::Instant::now() + app.config.long_poll_timeout;
     // Subscribe first, then look: a commit in between still wakes us.

@@ -15,7 +15,7 @@ use http::{HeaderMap, HeaderValue, StatusCode};
 use runnel_core::json::render_json_array;
 use runnel_core::{ContentKind, ReadFrom, ReadPlan, StreamId};
 use runnel_engine::{now_ms, ReadResult};
-use tokio::sync::{watch, OwnedSemaphorePermit};
+use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
 use crate::cursor::{current_interval, next_cursor};
@@ -29,7 +29,7 @@ pub async fn serve(
     from: ReadFrom,
     cursor: Option<String>,
 ) -> Result<Response, ApiError> {
-    let permit = super::admit_live_reader(&app)?;
+    let permit = super::admit_live_reader(&app, crate::metrics::LiveMode::Sse)?;
     // Errors before the first byte are ordinary statuses.
     let engine = app.node.engine_for(&name);
     let first = engine.read(&name, from, app.config.max_read_bytes).await?;
@@ -65,6 +65,7 @@ pub async fn serve(
         seen,
         finished: rendered.reached_close,
         first: rendered.bytes,
+        first_events: rendered.events,
         keepalive: Box::pin(tokio::time::sleep(app.config.sse_keepalive)),
         deadline: Box::pin(tokio::time::sleep(app.config.sse_max_duration)),
         last_sent: now,
@@ -101,12 +102,14 @@ struct Tail {
     finished: bool,
     /// The first answer, rendered before the response started.
     first: Option<Bytes>,
+    /// Events in `first`.
+    first_events: u64,
     // Timers live as long as the connection: re-arming is cheaper than
     // creating and dropping them around every event.
     keepalive: Pin<Box<Sleep>>,
     deadline: Pin<Box<Sleep>>,
     last_sent: Instant,
-    _permit: OwnedSemaphorePermit,
+    _permit: super::LiveReaderSlot,
 }
 
 impl Tail {
@@ -114,6 +117,7 @@ impl Tail {
     /// the connection (stream closed or gone, or maximum duration).
     async fn next_chunk(&mut self) -> Option<Bytes> {
         if let Some(first) = self.first.take() {
+            self.count(&first, self.first_events);
             return Some(first);
         }
         loop {
@@ -150,9 +154,17 @@ impl Tail {
             self.finished = rendered.reached_close;
             if let Some(bytes) = &rendered.bytes {
                 self.last_sent = Instant::now();
+                self.count(bytes, rendered.events);
                 return Some(bytes.clone());
             }
         }
+    }
+
+    fn count(&self, bytes: &Bytes, events: u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        let metrics = &self.app.metrics;
+        metrics.sse_events.fetch_add(events, Relaxed);
+        metrics.sse_bytes.fetch_add(bytes.len() as u64, Relaxed);
     }
 
     /// The events from the current position, rendered once per stream and
@@ -185,6 +197,8 @@ impl Tail {
 pub struct Rendered {
     /// Data and control events; `None` when the read found nothing to say.
     bytes: Option<Bytes>,
+    /// How many events `bytes` holds.
+    events: u64,
     next: u64,
     up_to_date: bool,
     reached_close: bool,
@@ -198,6 +212,11 @@ impl Rendered {
     fn of(result: &ReadResult, cursor: Option<&str>, owes_control: bool) -> Rendered {
         let plan = &result.plan;
         let speaks = !result.body.is_empty() || owes_control || plan.reached_close();
+        let events = if speaks {
+            1 + u64::from(!result.body.is_empty())
+        } else {
+            0
+        };
         let bytes = speaks.then(|| {
             let mut out = Vec::with_capacity(result.body.len() * 4 / 3 + 256);
             if !result.body.is_empty() {
@@ -208,6 +227,7 @@ impl Rendered {
         });
         Rendered {
             bytes,
+            events,
             next: plan.next.position(),
             up_to_date: plan.up_to_date(),
             reached_close: plan.reached_close(),

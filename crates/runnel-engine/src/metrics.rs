@@ -1,0 +1,79 @@
+//! The engine's figures for `GET /metrics`: read from counters the log,
+//! the groups and the tierer keep anyway, when a scrape asks, so nothing
+//! is added to the write path.
+
+use std::time::Duration;
+
+use runnel_log::SyncStats;
+
+/// One node's engine figures at one moment.
+#[derive(Debug, Clone, Default)]
+pub struct NodeMetrics {
+    /// The log's durable position: bytes ever made durable.
+    pub log_bytes: u64,
+    /// The log failed and accepts no writes until a restart.
+    pub log_failed: bool,
+    /// Syncs, their time and histogram, and the records written.
+    pub syncs: SyncStats,
+    /// Streams held (live and soft-deleted), over every group.
+    pub streams: u64,
+    /// Raft groups (clusters only).
+    pub groups: Vec<GroupMetrics>,
+    pub tiering: Option<TierMetrics>,
+}
+
+/// One Raft group as this node sees it.
+#[derive(Debug, Clone, Default)]
+pub struct GroupMetrics {
+    pub group: u32,
+    pub leader: Option<u64>,
+    pub is_leader: bool,
+    pub term: u64,
+    pub last_log_index: u64,
+    pub applied_index: u64,
+    /// On the leader: how far the furthest-behind follower is, in entries.
+    pub max_follower_lag: Option<u64>,
+    /// This node votes (false while it catches up after losing its state).
+    pub votes: bool,
+}
+
+/// Tiering to object storage.
+#[derive(Debug, Clone, Default)]
+pub struct TierMetrics {
+    pub untiered_bytes: u64,
+    pub tiered_bytes: u64,
+    pub backlog_full: bool,
+    pub upload_failures: u64,
+    pub read_failures: u64,
+    pub store_gets: u64,
+    pub store_puts: u64,
+    pub store_errors: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+}
+
+/// Bounds of the sync-duration histogram, in seconds.
+pub const SYNC_BUCKETS: [f64; 10] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.05,
+];
+
+impl NodeMetrics {
+    /// Cumulative sync counts at each of [`SYNC_BUCKETS`] (a sync over 20
+    /// ms counts only at `+Inf`: the log's own histogram stops there).
+    pub fn sync_buckets(&self) -> Vec<(f64, u64)> {
+        SYNC_BUCKETS
+            .iter()
+            .map(|&le| {
+                let count = if le < 0.02 {
+                    self.syncs.at_most(Duration::from_secs_f64(le))
+                } else {
+                    // The last bucket of the log's histogram holds every
+                    // sync of 20 ms or more.
+                    self.syncs
+                        .at_most(Duration::from_millis(20) - Duration::from_micros(10))
+                };
+                (le, count)
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,397 @@
+//! The Prometheus text format (version 0.0.4) of the HTTP layer's
+//! counters, the engine's figures and the process's.
+
+use std::fmt::Write;
+
+use runnel_engine::NodeMetrics;
+
+use super::histogram::Snapshot;
+use super::{LiveMode, Metrics, Route, CLASSES};
+
+/// The content type of a scrape's answer.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+struct Out(String);
+
+impl Out {
+    fn family(&mut self, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(self.0, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &str, value: impl std::fmt::Display) {
+        if labels.is_empty() {
+            let _ = writeln!(self.0, "{name} {value}");
+        } else {
+            let _ = writeln!(self.0, "{name}{{{labels}}} {value}");
+        }
+    }
+
+    fn one(&mut self, name: &str, kind: &str, help: &str, value: impl std::fmt::Display) {
+        self.family(name, kind, help);
+        self.sample(name, "", value);
+    }
+
+    /// The samples of one histogram series (its family declared already).
+    fn histogram(&mut self, name: &str, labels: &str, snapshot: &Snapshot) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        for (le, count) in &snapshot.buckets {
+            self.sample(
+                &format!("{name}_bucket"),
+                &format!("{labels}{sep}le=\"{le}\""),
+                count,
+            );
+        }
+        self.sample(
+            &format!("{name}_bucket"),
+            &format!("{labels}{sep}le=\"+Inf\""),
+            snapshot.count,
+        );
+        self.sample(&format!("{name}_sum"), labels, snapshot.sum_seconds);
+        self.sample(&format!("{name}_count"), labels, snapshot.count);
+    }
+}
+
+/// Renders every metric.
+pub fn render(http: &Metrics, engine: &NodeMetrics) -> String {
+    let mut out = Out(String::with_capacity(16 << 10));
+    render_http(&mut out, http);
+    render_engine(&mut out, engine);
+    render_process(&mut out, http);
+    out.0
+}
+
+fn render_http(out: &mut Out, m: &Metrics) {
+    out.family(
+        "runnel_http_requests_total",
+        "counter",
+        "Requests answered, by route and status class.",
+    );
+    for route in Route::ALL {
+        for (class, label) in CLASSES.iter().enumerate() {
+            let n = m.requests(route, class);
+            if n > 0 {
+                out.sample(
+                    "runnel_http_requests_total",
+                    &format!("route=\"{}\",code=\"{label}\"", route.label()),
+                    n,
+                );
+            }
+        }
+    }
+    out.family(
+        "runnel_http_request_duration_seconds",
+        "histogram",
+        "Time from a request's arrival to its response head (an SSE read's head comes at once; a long-poll's when it is answered).",
+    );
+    for route in Route::ALL {
+        let snapshot = m.durations[route as usize].snapshot();
+        if snapshot.count > 0 {
+            out.histogram(
+                "runnel_http_request_duration_seconds",
+                &format!("route=\"{}\"", route.label()),
+                &snapshot,
+            );
+        }
+    }
+    out.family(
+        "runnel_append_ack_duration_seconds",
+        "histogram",
+        "Time from an append's body in hand to its acknowledgement (durable; in a cluster, committed by a quorum).",
+    );
+    out.histogram(
+        "runnel_append_ack_duration_seconds",
+        "",
+        &m.append_ack.snapshot(),
+    );
+    out.family(
+        "runnel_live_readers",
+        "gauge",
+        "Live readers open, by mode.",
+    );
+    out.sample(
+        "runnel_live_readers",
+        "mode=\"sse\"",
+        m.live_readers(LiveMode::Sse),
+    );
+    out.sample(
+        "runnel_live_readers",
+        "mode=\"long_poll\"",
+        m.live_readers(LiveMode::LongPoll),
+    );
+    out.family(
+        "runnel_live_readers_refused_total",
+        "counter",
+        "Live readers turned away: at --max-live-readers (limit) or over --max-memory-bytes (memory).",
+    );
+    use std::sync::atomic::Ordering::Relaxed;
+    out.sample(
+        "runnel_live_readers_refused_total",
+        "reason=\"limit\"",
+        m.refused[0].load(Relaxed),
+    );
+    out.sample(
+        "runnel_live_readers_refused_total",
+        "reason=\"memory\"",
+        m.refused[1].load(Relaxed),
+    );
+    out.one(
+        "runnel_sse_events_total",
+        "counter",
+        "SSE events sent (data and control; keepalive comments not counted).",
+        m.sse_events.load(Relaxed),
+    );
+    out.one(
+        "runnel_sse_bytes_total",
+        "counter",
+        "SSE bytes sent.",
+        m.sse_bytes.load(Relaxed),
+    );
+}
+
+fn render_engine(out: &mut Out, e: &NodeMetrics) {
+    out.one(
+        "runnel_log_bytes",
+        "counter",
+        "Bytes the log has made durable.",
+        e.log_bytes,
+    );
+    out.one(
+        "runnel_log_failed",
+        "gauge",
+        "1 once the log failed (IO error, full disk); it accepts no writes until a restart.",
+        u8::from(e.log_failed),
+    );
+    out.one(
+        "runnel_log_records_total",
+        "counter",
+        "Records written to the log.",
+        e.syncs.records,
+    );
+    out.family(
+        "runnel_log_sync_duration_seconds",
+        "histogram",
+        "Duration of the log's fsyncs (fdatasync).",
+    );
+    let mut buckets = e.sync_buckets();
+    buckets.retain(|(le, _)| *le <= 0.02);
+    let snapshot = Snapshot {
+        buckets,
+        count: e.syncs.syncs,
+        sum_seconds: e.syncs.sync_time.as_secs_f64(),
+    };
+    out.histogram("runnel_log_sync_duration_seconds", "", &snapshot);
+    out.one(
+        "runnel_streams",
+        "gauge",
+        "Streams held (live and soft-deleted).",
+        e.streams,
+    );
+    if !e.groups.is_empty() {
+        out.family(
+            "runnel_group_leader",
+            "gauge",
+            "The node id this node believes leads the group (0: none known).",
+        );
+        for g in &e.groups {
+            out.sample(
+                "runnel_group_leader",
+                &format!("group=\"{}\"", g.group),
+                g.leader.unwrap_or(0),
+            );
+        }
+        out.family(
+            "runnel_group_is_leader",
+            "gauge",
+            "1 where this node leads the group.",
+        );
+        for g in &e.groups {
+            out.sample(
+                "runnel_group_is_leader",
+                &format!("group=\"{}\"", g.group),
+                u8::from(g.is_leader),
+            );
+        }
+        out.family(
+            "runnel_group_term",
+            "gauge",
+            "The group's Raft term as this node knows it.",
+        );
+        for g in &e.groups {
+            out.sample(
+                "runnel_group_term",
+                &format!("group=\"{}\"", g.group),
+                g.term,
+            );
+        }
+        out.family(
+            "runnel_group_last_log_index",
+            "gauge",
+            "Last entry in this node's copy of the group's log.",
+        );
+        for g in &e.groups {
+            out.sample(
+                "runnel_group_last_log_index",
+                &format!("group=\"{}\"", g.group),
+                g.last_log_index,
+            );
+        }
+        out.family(
+            "runnel_group_apply_lag",
+            "gauge",
+            "Entries in this node's log not applied yet.",
+        );
+        for g in &e.groups {
+            let lag = g.last_log_index.saturating_sub(g.applied_index);
+            out.sample(
+                "runnel_group_apply_lag",
+                &format!("group=\"{}\"", g.group),
+                lag,
+            );
+        }
+        out.family(
+            "runnel_group_max_follower_lag",
+            "gauge",
+            "On the group's leader: entries the furthest-behind follower lacks.",
+        );
+        for g in &e.groups {
+            if let Some(lag) = g.max_follower_lag {
+                out.sample(
+                    "runnel_group_max_follower_lag",
+                    &format!("group=\"{}\"", g.group),
+                    lag,
+                );
+            }
+        }
+        out.family(
+            "runnel_group_votes",
+            "gauge",
+            "0 while this node holds its vote in the group, catching up after losing its state.",
+        );
+        for g in &e.groups {
+            out.sample(
+                "runnel_group_votes",
+                &format!("group=\"{}\"", g.group),
+                u8::from(g.votes),
+            );
+        }
+    }
+    if let Some(t) = &e.tiering {
+        out.one(
+            "runnel_tier_untiered_bytes",
+            "gauge",
+            "Committed bytes not yet in object storage (the tiering backlog).",
+            t.untiered_bytes,
+        );
+        out.one(
+            "runnel_tier_tiered_bytes",
+            "gauge",
+            "Bytes held in object storage.",
+            t.tiered_bytes,
+        );
+        out.one(
+            "runnel_tier_backlog_full",
+            "gauge",
+            "1 while appends are refused because the backlog reached --max-untiered-bytes.",
+            u8::from(t.backlog_full),
+        );
+        out.one(
+            "runnel_tier_upload_failures_total",
+            "counter",
+            "Chunk uploads that failed (retried later).",
+            t.upload_failures,
+        );
+        out.one(
+            "runnel_tier_read_failures_total",
+            "counter",
+            "Reads of tiered history that failed.",
+            t.read_failures,
+        );
+        out.family(
+            "runnel_object_store_requests_total",
+            "counter",
+            "Object store calls, by kind.",
+        );
+        out.sample(
+            "runnel_object_store_requests_total",
+            "kind=\"get\"",
+            t.store_gets,
+        );
+        out.sample(
+            "runnel_object_store_requests_total",
+            "kind=\"put\"",
+            t.store_puts,
+        );
+        out.one(
+            "runnel_object_store_errors_total",
+            "counter",
+            "Object store calls that failed after their retries.",
+            t.store_errors,
+        );
+        out.family(
+            "runnel_tier_cache_requests_total",
+            "counter",
+            "Block cache lookups, by result.",
+        );
+        out.sample(
+            "runnel_tier_cache_requests_total",
+            "result=\"hit\"",
+            t.cache_hits,
+        );
+        out.sample(
+            "runnel_tier_cache_requests_total",
+            "result=\"miss\"",
+            t.cache_misses,
+        );
+    }
+}
+
+/// The standard process metrics, from /proc (Linux).
+fn render_process(out: &mut Out, m: &Metrics) {
+    let started = m
+        .started
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64());
+    out.one(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since the Unix epoch.",
+        started,
+    );
+    if let Some(rss) = crate::memory::resident_bytes() {
+        out.one(
+            "process_resident_memory_bytes",
+            "gauge",
+            "Resident memory size in bytes.",
+            rss,
+        );
+    }
+    if let Some(cpu) = cpu_seconds() {
+        out.one(
+            "process_cpu_seconds_total",
+            "counter",
+            "User and system CPU time spent in seconds.",
+            cpu,
+        );
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        out.one(
+            "process_open_fds",
+            "gauge",
+            "Open file descriptors.",
+            fds.count(),
+        );
+    }
+}
+
+fn cpu_seconds() -> Option<f64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The fields after the command name, which may hold spaces.
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 2..)?
+        .split_whitespace()
+        .collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf has no preconditions.
+    let per_second = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (per_second > 0).then(|| ticks as f64 / per_second as f64)
+}
