@@ -131,6 +131,20 @@ impl Server {
         self.child.wait().expect("reap");
     }
 
+    /// Sends SIGTERM: the server shuts down gracefully.
+    #[allow(dead_code)] // only the shutdown test asks for one
+    pub fn terminate(&self) {
+        // SAFETY: kill(2) with a child's pid and a valid signal.
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        assert_eq!(sent, 0, "SIGTERM sent");
+    }
+
+    /// The exit status, once the process has ended.
+    #[allow(dead_code)] // only the shutdown test reads it
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().expect("try_wait")
+    }
+
     /// Whether the process ended by itself within `timeout`.
     #[allow(dead_code)] // only the failpoint tests wait for a death
     pub async fn exits_within(&mut self, timeout: Duration) -> bool {
