@@ -3,8 +3,10 @@
 # Rust unit, property, integration and crash tests (the tiering tests
 # against moto's S3 server), the Durable Streams conformance suite against
 # the release binary (single node and cluster, with tiering forced on tiny
-# thresholds), the power-loss and IO-error tests on runnel-faultfs, and
-# the partition test (a cluster in network namespaces, runnel-netfault).
+# thresholds), the power-loss and IO-error tests on runnel-faultfs, the
+# fuzz targets for a bounded time (cargo-fuzz, pinned, installed if
+# missing), and the partition test (a cluster in network namespaces,
+# runnel-netfault).
 # Needs: a Rust toolchain (rustup), Node.js with npm, python3, curl; root,
 # /dev/fuse and iproute2 for the power-loss and partition tests.
 set -euo pipefail
@@ -51,5 +53,7 @@ grep -m1 "VIOLATION" "$never_log"
 rm -f "$never_log"
 echo "== IO errors"
 scripts/io-errors.sh "$bin"
+echo "== fuzzing (bounded; stable toolchain)"
+FUZZ_SECS=${FUZZ_SECS:-20} scripts/fuzz.sh
 echo "== partitions, loss and slow links between namespaced nodes (fixed seeds)"
 SEEDS=${PARTITION_SEEDS:-"1 2 3"} DURATION=${PARTITION_SECS:-30} scripts/partitions.sh "$bin"

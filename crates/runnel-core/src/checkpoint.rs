@@ -70,8 +70,23 @@ impl StreamsState {
             let s = decode_stream(&mut r, version, &mut state)?;
             // A soft-deleted stream keeps its name until its last fork goes.
             state.names.insert(Arc::clone(&s.name), s.id);
-            state.hot_bytes += s.chunks.iter().map(|c| c.len).sum::<u64>();
-            state.cold_bytes += s.cold_chunks().iter().map(|c| c.len()).sum::<u64>();
+            // Checked: a damaged checkpoint must fail to decode, not wrap
+            // (found by fuzzing).
+            let overflow = CodecError::Invalid("stream byte counts overflow");
+            let hot = s
+                .chunks
+                .iter()
+                .try_fold(0u64, |sum, c| sum.checked_add(c.len));
+            let cold = s
+                .cold_chunks()
+                .iter()
+                .try_fold(0u64, |sum, c| sum.checked_add(c.len()));
+            state.hot_bytes = hot
+                .and_then(|h| state.hot_bytes.checked_add(h))
+                .ok_or(overflow.clone())?;
+            state.cold_bytes = cold
+                .and_then(|c| state.cold_bytes.checked_add(c))
+                .ok_or(overflow)?;
             state.streams.insert(s.id, Box::new(s));
         }
         if version >= 3 {

@@ -17,6 +17,8 @@ pub enum CodecError {
     BadFlag(u8),
     #[error("entry has trailing bytes")]
     TrailingBytes,
+    #[error("entry holds an invalid value: {0}")]
+    Invalid(&'static str),
 }
 
 pub(crate) struct Writer {

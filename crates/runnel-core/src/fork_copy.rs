@@ -118,13 +118,19 @@ impl ForkMaterial {
         let point = r.u64()?;
         let count = r.u64()?;
         let mut chunks = Vec::new();
+        // The total must fit: `data_len` sums it (found by fuzzing).
+        let mut total = 0u64;
         for _ in 0..count {
-            chunks.push(InheritedChunk {
+            let chunk = InheritedChunk {
                 start: r.u64()?,
                 len: r.u64()?,
                 message_ends: r.u32_list()?,
                 at_ms: r.i64()?,
-            });
+            };
+            total = total
+                .checked_add(chunk.len)
+                .ok_or(CodecError::Invalid("fork material longer than 2^64 bytes"))?;
+            chunks.push(chunk);
         }
         Ok(ForkMaterial {
             content_type,

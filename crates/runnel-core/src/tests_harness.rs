@@ -141,6 +141,26 @@ impl Harness {
         }
     }
 
+    /// As the engine refuses it: a fork of a JSON `source` at `offset`
+    /// inside a tiered chunk, not on one of its message ends.
+    pub(crate) fn fork_point_inside_tiered_json(
+        &self,
+        source: &str,
+        offset: u64,
+    ) -> Option<CoreError> {
+        let s = self.state.stream_by_name(source)?;
+        if !s.is_json() {
+            return None;
+        }
+        let chunk = s
+            .cold_chunks()
+            .iter()
+            .find(|c| c.start < offset && offset < c.end)?;
+        let ends = &self.objects[&chunk.nonce].message_ends;
+        (!ends.contains(&((offset - chunk.start) as u32)))
+            .then_some(CoreError::ForkOffsetNotOnBoundary)
+    }
+
     pub(crate) fn read_at(
         &self,
         name: &str,

@@ -427,7 +427,18 @@ fn run_op(h: &mut Harness, now: &mut i64, op: &Op) -> Vec<Result<Applied, CoreEr
             Command::Append(a)
         }
         Op::Delete(n) => Command::Delete { name: name(n) },
-        Op::Fork(n, s, o, sub) => fork(&name(n), &name(s), *o, *sub),
+        Op::Fork(n, s, o, sub) => {
+            // The engine's part (`tier::prepare`): a fork point inside a
+            // tiered chunk of a JSON source is checked against the chunk's
+            // message ends before the fork is proposed: refused, it is never
+            // logged, so it has no answer to replay.
+            if o.and_then(|o| h.fork_point_inside_tiered_json(&name(s), o))
+                .is_some()
+            {
+                return Vec::new();
+            }
+            fork(&name(n), &name(s), *o, *sub)
+        }
         Op::Trim(n, before) => Command::Trim {
             name: name(n),
             before: *before,

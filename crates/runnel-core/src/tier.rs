@@ -70,7 +70,7 @@ impl ColdChunk {
     }
 
     pub(crate) fn read(r: &mut Reader<'_>) -> Result<ColdChunk, CodecError> {
-        Ok(ColdChunk {
+        let chunk = ColdChunk {
             start: r.u64()?,
             end: r.u64()?,
             newest_at_ms: r.i64()?,
@@ -79,7 +79,15 @@ impl ColdChunk {
             nonce: r.u64()?,
             block_size: r.u32()?,
             footer_len: r.u32()?,
-        })
+        };
+        // Found by fuzzing: a range that ends before it starts decoded, and
+        // every length computed from it then overflowed.
+        if chunk.end < chunk.start {
+            return Err(CodecError::Invalid(
+                "a tiered chunk that ends before it starts",
+            ));
+        }
+        Ok(chunk)
     }
 }
 

@@ -585,41 +585,52 @@ async fn serve_connection(stream: TcpStream, served: Arc<Served>) {
     }
 }
 
+/// A peer's request, decoded from the body of its frame.
+pub enum PeerRequest {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Probe,
+    ReadIndex,
+    /// A leader hands its group over (the role it asks for).
+    Handoff(u8),
+}
+
+/// Decodes the body of a request frame of `kind`: all of it comes from
+/// whoever reached the Raft port, so nothing here may panic or allocate
+/// without bound (fuzzed: `fuzz/fuzz_targets/raft_frame.rs`).
+pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
+    let bad = |e: bincode::Error| format!("undecodable raft request: {e}");
+    Ok(match kind {
+        KIND_APPEND => PeerRequest::Append(bincode::deserialize(body).map_err(bad)?),
+        KIND_VOTE => PeerRequest::Vote(bincode::deserialize(body).map_err(bad)?),
+        KIND_SNAPSHOT => PeerRequest::Snapshot(bincode::deserialize(body).map_err(bad)?),
+        KIND_PROBE => PeerRequest::Probe,
+        KIND_READ_INDEX => PeerRequest::ReadIndex,
+        KIND_HANDOFF => {
+            PeerRequest::Handoff(*body.first().ok_or("a handover request without a role")?)
+        }
+        other => return Err(format!("unknown raft request kind {other}")),
+    })
+}
+
 async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, String> {
     let raft = served
         .rafts
         .get(group as usize)
         .ok_or_else(|| format!("this node has no group {group}"))?;
-    let bad = |e: bincode::Error| format!("undecodable raft request: {e}");
-    let encoded = match kind {
-        KIND_APPEND => {
-            let request: AppendEntriesRequest<TypeConfig> =
-                bincode::deserialize(body).map_err(bad)?;
-            bincode::serialize(&raft.append_entries(request).await)
-        }
-        KIND_VOTE => {
-            if served.votes.refuses(group, raft) {
-                return Err(REFUSAL.into());
-            }
-            let request: VoteRequest<NodeId> = bincode::deserialize(body).map_err(bad)?;
-            bincode::serialize(&raft.vote(request).await)
-        }
-        KIND_SNAPSHOT => {
-            let request: InstallSnapshotRequest<TypeConfig> =
-                bincode::deserialize(body).map_err(bad)?;
-            bincode::serialize(&raft.install_snapshot(request).await)
-        }
-        KIND_PROBE => bincode::serialize(&PeerGroup::of(raft).await),
-        KIND_READ_INDEX => bincode::serialize(&leader_read_index(raft).await?),
-        KIND_HANDOFF => {
-            if served.votes.refuses(group, raft) {
-                return Err(REFUSAL.into());
-            }
-            let role = *body.first().ok_or("a handover request without a role")?;
+    let refuses = || served.votes.refuses(group, raft);
+    let encoded = match decode_request(kind, body)? {
+        PeerRequest::Append(request) => bincode::serialize(&raft.append_entries(request).await),
+        PeerRequest::Vote(_) | PeerRequest::Handoff(_) if refuses() => return Err(REFUSAL.into()),
+        PeerRequest::Vote(request) => bincode::serialize(&raft.vote(request).await),
+        PeerRequest::Snapshot(request) => bincode::serialize(&raft.install_snapshot(request).await),
+        PeerRequest::Probe => bincode::serialize(&PeerGroup::of(raft).await),
+        PeerRequest::ReadIndex => bincode::serialize(&leader_read_index(raft).await?),
+        PeerRequest::Handoff(role) => {
             super::rebalance::on_handoff(raft, role);
             bincode::serialize(&())
         }
-        other => return Err(format!("unknown raft request kind {other}")),
     };
     encoded.map_err(|e| format!("encoding the raft response: {e}"))
 }
