@@ -623,6 +623,36 @@ async fn ready_follows_whether_a_node_can_serve() {
             i + 1
         );
     }
+    // A ready node's metrics name a leader for every group, and exactly
+    // one node leads each.
+    let mut leading = 0;
+    let mut groups = 0;
+    for i in 0..3 {
+        let text = client
+            .get(format!("{}/metrics", cluster.base(i)))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let samples = |name: &str| -> Vec<u64> {
+            text.lines()
+                .filter(|l| l.starts_with(&format!("{name}{{group=")))
+                .map(|l| l.rsplit_once(' ').unwrap().1.parse().unwrap())
+                .collect()
+        };
+        let leaders = samples("runnel_group_leader");
+        assert!(
+            !leaders.is_empty() && leaders.iter().all(|&l| l > 0),
+            "node {}: {leaders:?}",
+            i + 1
+        );
+        assert!(samples("runnel_group_votes").iter().all(|&v| v == 1));
+        leading += samples("runnel_group_is_leader").iter().sum::<u64>();
+        groups = leaders.len() as u64;
+    }
+    assert_eq!(leading, groups, "one leader per group");
     // Two nodes gone: the last one can serve nothing, and says why.
     cluster.kill(1);
     cluster.kill(2);

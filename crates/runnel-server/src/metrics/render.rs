@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use runnel_engine::NodeMetrics;
+use runnel_engine::{GroupMetrics, NodeMetrics};
 
 use super::histogram::Snapshot;
 use super::{LiveMode, Metrics, Route, CLASSES};
@@ -186,93 +186,54 @@ fn render_engine(out: &mut Out, e: &NodeMetrics) {
         "Streams held (live and soft-deleted).",
         e.streams,
     );
-    if !e.groups.is_empty() {
-        out.family(
+    // One gauge family per figure, one sample per group (`None`: no
+    // sample for that group).
+    type PerGroup = fn(&GroupMetrics) -> Option<u64>;
+    let families: [(&str, &str, PerGroup); 7] = [
+        (
             "runnel_group_leader",
-            "gauge",
             "The node id this node believes leads the group (0: none known).",
-        );
-        for g in &e.groups {
-            out.sample(
-                "runnel_group_leader",
-                &format!("group=\"{}\"", g.group),
-                g.leader.unwrap_or(0),
-            );
-        }
-        out.family(
+            |g| Some(g.leader.unwrap_or(0)),
+        ),
+        (
             "runnel_group_is_leader",
-            "gauge",
             "1 where this node leads the group.",
-        );
-        for g in &e.groups {
-            out.sample(
-                "runnel_group_is_leader",
-                &format!("group=\"{}\"", g.group),
-                u8::from(g.is_leader),
-            );
-        }
-        out.family(
+            |g| Some(u64::from(g.is_leader)),
+        ),
+        (
             "runnel_group_term",
-            "gauge",
             "The group's Raft term as this node knows it.",
-        );
-        for g in &e.groups {
-            out.sample(
-                "runnel_group_term",
-                &format!("group=\"{}\"", g.group),
-                g.term,
-            );
-        }
-        out.family(
+            |g| Some(g.term),
+        ),
+        (
             "runnel_group_last_log_index",
-            "gauge",
             "Last entry in this node's copy of the group's log.",
-        );
-        for g in &e.groups {
-            out.sample(
-                "runnel_group_last_log_index",
-                &format!("group=\"{}\"", g.group),
-                g.last_log_index,
-            );
-        }
-        out.family(
+            |g| Some(g.last_log_index),
+        ),
+        (
             "runnel_group_apply_lag",
-            "gauge",
             "Entries in this node's log not applied yet.",
-        );
-        for g in &e.groups {
-            let lag = g.last_log_index.saturating_sub(g.applied_index);
-            out.sample(
-                "runnel_group_apply_lag",
-                &format!("group=\"{}\"", g.group),
-                lag,
-            );
-        }
-        out.family(
+            |g| Some(g.last_log_index.saturating_sub(g.applied_index)),
+        ),
+        (
             "runnel_group_max_follower_lag",
-            "gauge",
             "On the group's leader: entries the furthest-behind follower lacks.",
-        );
-        for g in &e.groups {
-            if let Some(lag) = g.max_follower_lag {
-                out.sample(
-                    "runnel_group_max_follower_lag",
-                    &format!("group=\"{}\"", g.group),
-                    lag,
-                );
-            }
-        }
-        out.family(
+            |g| g.max_follower_lag,
+        ),
+        (
             "runnel_group_votes",
-            "gauge",
             "0 while this node holds its vote in the group, catching up after losing its state.",
-        );
-        for g in &e.groups {
-            out.sample(
-                "runnel_group_votes",
-                &format!("group=\"{}\"", g.group),
-                u8::from(g.votes),
-            );
+            |g| Some(u64::from(g.votes)),
+        ),
+    ];
+    if !e.groups.is_empty() {
+        for (name, help, value) in families {
+            out.family(name, "gauge", help);
+            for g in &e.groups {
+                if let Some(v) = value(g) {
+                    out.sample(name, &format!("group=\"{}\"", g.group), v);
+                }
+            }
         }
     }
     if let Some(t) = &e.tiering {
