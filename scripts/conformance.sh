@@ -3,7 +3,12 @@
 # conformance/package-lock.json) against a release build of runnel on
 # durable storage.
 #
-# Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [-- SERVE FLAGS...]
+# Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [--tls] [-- SERVE FLAGS...]
+#
+# With --tls the suite (its TypeScript client included) speaks HTTPS to a
+# server with throwaway certificates (scripts/test-ca.sh); a cluster then
+# also runs its Raft and forwarding traffic over mutual TLS, each node
+# known by its certificate.
 #
 # Flags after `--` go to every `runnel serve` (e.g. tiering thresholds).
 # A cluster's nodes share one object store directory when the flags do
@@ -18,10 +23,12 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/target/release/runnel
 cluster=0
+tls=0
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --cluster) cluster=1 ;;
+    --tls) tls=1 ;;
     --) shift; extra=("$@"); break ;;
     *) bin=$1 ;;
   esac
@@ -63,9 +70,18 @@ print(" ".join(map(str, chosen)))
 PY
 }
 
+scheme=http
+curl_tls=()
+if [ "$tls" = 1 ]; then
+  "$root/scripts/test-ca.sh" "$data/ca" 3
+  scheme=https
+  curl_tls=(--cacert "$data/ca/ca.pem")
+  export NODE_EXTRA_CA_CERTS=$data/ca/ca.pem
+fi
+
 wait_healthy() {
   for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$1/health" >/dev/null && return 0
+    curl -sf "${curl_tls[@]}" "$scheme://localhost:$1/health" >/dev/null && return 0
     sleep 0.1
   done
   cat "$data"/*.log >&2
@@ -77,6 +93,9 @@ common=(--long-poll-timeout-ms 500)
 for flag in "${extra[@]}"; do
   common+=("${flag//\{data\}/$data}")
 done
+if [ "$tls" = 1 ]; then
+  common+=(--tls-cert "$data/ca/server.pem" --tls-key "$data/ca/server.key")
+fi
 if [ "$cluster" = 0 ]; then
   port=$(free_port_pairs 1)
   "$bin" serve --listen "127.0.0.1:$port" --data-dir "$data/db" "${common[@]}" >"$data/server.log" 2>&1 &
@@ -90,21 +109,27 @@ else
     peers="$peers${peers:+,}$id=127.0.0.1:${ports[id - 1]}"
   done
   for id in 1 2 3; do
+    node_tls=()
+    if [ "$tls" = 1 ]; then
+      node_tls=(--cluster-ca "$data/ca/ca.pem" --cluster-cert "$data/ca/node-$id.pem"
+        --cluster-key "$data/ca/node-$id.key")
+    fi
     "$bin" serve --node-id "$id" --peers "$peers" --groups 3 --data-dir "$data/n$id" "${common[@]}" \
-      >"$data/n$id.log" 2>&1 &
+      "${node_tls[@]}" >"$data/n$id.log" 2>&1 &
     pids+=($!)
   done
   for port in "${ports[@]}"; do wait_healthy "$port"; done
   # Test through node 3 once every group has a leader.
   target=${ports[2]}
   for _ in $(seq 100); do
-    "$bin" ctl status --target "http://127.0.0.1:$target" --json |
+    curl -sf "${curl_tls[@]}" "$scheme://localhost:$target/_runnel/status" |
       python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if all(g.get("leader") for g in s["groups"]) else 1)' &&
       break
     sleep 0.1
   done
-  "$bin" ctl status --target "http://127.0.0.1:$target"
+  curl -sf "${curl_tls[@]}" "$scheme://localhost:$target/_runnel/status" |
+    python3 -c 'import json,sys; s=json.load(sys.stdin); print("leaders:", [g.get("leader") for g in s["groups"]])'
 fi
 
 cd "$root/conformance"
-CONFORMANCE_TEST_URL="http://127.0.0.1:$target" npx vitest run conformance.test.mjs --reporter=dot
+CONFORMANCE_TEST_URL="$scheme://localhost:$target" npx vitest run conformance.test.mjs --reporter=dot

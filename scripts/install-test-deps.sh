@@ -3,7 +3,8 @@
 # - moto's S3-compatible server (scripts/requirements-test.txt) in a
 #   virtualenv at target/test-venv, for the tiering tests;
 # - the conformance suite's npm packages (conformance/package-lock.json);
-# - Debian's nftables, for the partition test's packet drops.
+# - Debian's nftables, for the partition test's packet drops;
+# - Debian's openssl, for the TLS tests' throwaway certificates.
 # Re-running it is cheap: each part is skipped when already installed at
 # the pinned versions.
 set -euo pipefail
@@ -27,4 +28,13 @@ if ! command -v nft >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q "nftables=$nftables_version" >/dev/null ||
     { apt-get update -q >/dev/null && apt-get install -y -q "nftables=$nftables_version" >/dev/null; }
+fi
+
+# The TLS tests make their certificates with openssl (scripts/test-ca.sh).
+openssl_version=3.0.19-1~deb12u2
+if ! command -v openssl >/dev/null; then
+  echo "== installing openssl $openssl_version (TLS tests)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "openssl=$openssl_version" >/dev/null ||
+    { apt-get update -q >/dev/null && apt-get install -y -q "openssl=$openssl_version" >/dev/null; }
 fi

@@ -3,11 +3,11 @@
 # Rust unit, property, integration and crash tests (the tiering tests
 # against moto's S3 server), the Durable Streams conformance suite against
 # the release binary (single node and cluster, with tiering forced on tiny
-# thresholds), the power-loss and IO-error tests on runnel-faultfs, the
+# thresholds, and over HTTPS with the cluster on mutual TLS), the power-loss and IO-error tests on runnel-faultfs, the
 # fuzz targets for a bounded time (cargo-fuzz, pinned, installed if
 # missing), and the partition test (a cluster in network namespaces,
 # runnel-netfault).
-# Needs: a Rust toolchain (rustup), Node.js with npm, python3, curl; root,
+# Needs: a Rust toolchain (rustup), Node.js with npm, python3, curl, openssl; root,
 # /dev/fuse and iproute2 for the power-loss and partition tests.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +32,10 @@ echo "== conformance suite (tiering every append)"
 scripts/conformance.sh "$bin" -- "${tiny_tiers[@]}"
 echo "== conformance suite through a 3-node cluster (tiering every append to a shared store)"
 scripts/conformance.sh "$bin" --cluster -- --object-store 'file://{data}/objects' "${tiny_tiers[@]}"
+echo "== conformance suite over HTTPS"
+scripts/conformance.sh "$bin" --tls
+echo "== conformance suite over HTTPS through a 3-node cluster on mutual TLS"
+scripts/conformance.sh "$bin" --cluster --tls
 
 # Power loss: checkpoints, segment rolls, preallocation and tiered-chunk
 # reclaim all happen during the cycles.

@@ -14,11 +14,13 @@ use hyper_util::rt::TokioIo;
 
 use crate::BenchError;
 
-/// A target server: its socket address and the `Host` header to send.
+/// A target server: its socket address, the `Host` header to send, and
+/// the bearer token to send, if any.
 #[derive(Debug, Clone)]
 pub struct Target {
     pub addr: SocketAddr,
     pub authority: String,
+    pub token: Option<String>,
 }
 
 impl Target {
@@ -34,7 +36,11 @@ impl Target {
             .map_err(|e| BenchError::Usage(format!("target {url:?}: {e}")))?
             .next()
             .ok_or_else(|| BenchError::Usage(format!("target {url:?} resolves to nothing")))?;
-        Ok(Target { addr, authority })
+        Ok(Target {
+            addr,
+            authority,
+            token: None,
+        })
     }
 
     /// Parses a comma-separated list.
@@ -93,6 +99,9 @@ impl Connection {
             .method(method)
             .uri(path)
             .header(http::header::HOST, &self.target.authority);
+        if let Some(token) = &self.target.token {
+            builder = builder.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
+        }
         for (name, value) in headers {
             builder = builder.header(*name, value);
         }

@@ -30,11 +30,17 @@ pub struct CommonArgs {
     /// No progress output on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Bearer token sent with every request (servers with access control).
+    #[arg(long, env = "RUNNEL_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
 
 impl CommonArgs {
     pub fn targets(&self) -> Result<Vec<Target>, BenchError> {
-        let targets = Target::parse_list(&self.target)?;
+        let mut targets = Target::parse_list(&self.target)?;
+        for target in &mut targets {
+            target.token.clone_from(&self.token);
+        }
         if targets.is_empty() {
             return Err(BenchError::Usage("--target names no server".into()));
         }

@@ -52,8 +52,13 @@ impl SseReader {
                 .await
                 .map_err(|_| OpenError::Io(io::ErrorKind::TimedOut.into()))??;
         stream.set_nodelay(true).ok();
+        let authorization = target
+            .token
+            .as_ref()
+            .map(|token| format!("authorization: Bearer {token}\r\n"))
+            .unwrap_or_default();
         let request = format!(
-            "GET {path} HTTP/1.1\r\nhost: {}\r\naccept: text/event-stream\r\n\r\n",
+            "GET {path} HTTP/1.1\r\nhost: {}\r\naccept: text/event-stream\r\n{authorization}\r\n",
             target.authority
         );
         stream.write_all(request.as_bytes()).await?;

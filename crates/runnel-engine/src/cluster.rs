@@ -64,6 +64,8 @@ pub struct ClusterConfig {
     /// Simulations: the shared log has no committer thread; the caller
     /// commits it (see [`runnel_log::LogOptions::manual_commit`]).
     pub manual_commit: bool,
+    /// Mutual TLS on the Raft port (each peer known by its certificate).
+    pub tls: Option<Arc<runnel_tls::ClusterTls>>,
 }
 
 impl ClusterConfig {
@@ -75,6 +77,7 @@ impl ClusterConfig {
             heartbeat: Duration::from_millis(60),
             election_timeout: (Duration::from_millis(350), Duration::from_millis(700)),
             manual_commit: false,
+            tls: None,
         }
     }
 }
@@ -110,7 +113,7 @@ impl ClusterNode {
         for (id, http) in &config.peers {
             if *id != config.node_id {
                 let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
-                links.insert(*id, Arc::new(PeerLink::new(addr)));
+                links.insert(*id, Arc::new(PeerLink::new(*id, addr, config.tls.clone())));
             }
         }
         let own_addr = config
@@ -122,6 +125,7 @@ impl ClusterNode {
         let transport = TcpTransport {
             links: Arc::new(links),
             listen: raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?,
+            tls: config.tls.clone(),
         };
         ClusterNode::open_with(config, transport).await
     }

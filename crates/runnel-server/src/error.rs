@@ -18,8 +18,14 @@ pub enum ApiError {
     /// connection is closed (its framing is lost).
     BodyStalled(std::time::Duration),
     NotFound,
-    /// A request clients may not make: 403 with the reason.
+    /// No valid credentials where some are needed: 401 with the reason
+    /// and a `WWW-Authenticate` challenge.
+    Unauthenticated(String),
+    /// A request clients may not make, or credentials without the grant:
+    /// 403 with the reason.
     Forbidden(String),
+    /// Over a rate limit: 429 with Retry-After.
+    RateLimited(std::time::Duration),
     MethodNotAllowed,
     /// The live-reader limit is reached: 503 with Retry-After.
     TooManyLiveReaders,
@@ -45,6 +51,17 @@ impl ApiError {
 impl From<EngineError> for ApiError {
     fn from(e: EngineError) -> Self {
         ApiError::Engine(e)
+    }
+}
+
+impl From<crate::auth::Refusal> for ApiError {
+    fn from(refusal: crate::auth::Refusal) -> Self {
+        use crate::auth::Refusal;
+        match refusal {
+            Refusal::Unauthenticated(reason) => ApiError::Unauthenticated(reason),
+            Refusal::Forbidden(reason) => ApiError::Forbidden(reason),
+            Refusal::RateLimited(wait) => ApiError::RateLimited(wait),
+        }
     }
 }
 
@@ -81,7 +98,22 @@ impl IntoResponse for ApiError {
                      bytes before the fork point; at most {limit} can be copied"
                 ),
             ),
+            ApiError::Unauthenticated(reason) => {
+                headers.insert(
+                    http::header::WWW_AUTHENTICATE,
+                    HeaderValue::from_static("Bearer realm=\"runnel\""),
+                );
+                (StatusCode::UNAUTHORIZED, reason)
+            }
             ApiError::Forbidden(reason) => (StatusCode::FORBIDDEN, reason),
+            ApiError::RateLimited(wait) => {
+                let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
+                headers.insert(http::header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+                (
+                    StatusCode::TOO_MANY_REQUESTS,
+                    "over the rate limit; retry later".into(),
+                )
+            }
             ApiError::MethodNotAllowed => {
                 headers.insert(
                     http::header::ALLOW,

@@ -4,9 +4,10 @@
 //! answers: status codes and headers ([`error`], [`headers`]), catch-up and
 //! long-poll reads and SSE ([`handlers`]), cursors ([`cursor`]), the
 //! entry point that routes requests and adds the headers every response
-//! carries ([`routes`]), and what `/metrics` counts ([`metrics`]). It
-//! holds no stream state of its own.
+//! carries ([`routes`]), what `/metrics` counts ([`metrics`]), and who
+//! may do what ([`auth`]). It holds no stream state of its own.
 
+pub mod auth;
 pub mod connection;
 pub mod cursor;
 pub mod direct_connection;
@@ -18,6 +19,7 @@ pub mod listener;
 pub mod memory;
 pub mod metrics;
 pub mod routes;
+mod tls;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -120,20 +122,41 @@ pub struct App {
     pub served_by: http::HeaderValue,
     /// What `/metrics` reports of the HTTP layer.
     pub metrics: Arc<metrics::Metrics>,
+    /// Access control, when the server runs with an auth file.
+    pub auth: Option<Arc<auth::Auth>>,
 }
 
 /// The application over `node`: what [`serve`] answers requests with.
 pub fn app(node: Arc<dyn NodeEngine>, config: ServerConfig) -> AppState {
+    app_with(node, config, AppOptions::default())
+}
+
+/// What an application may have besides its engine and limits.
+#[derive(Default)]
+pub struct AppOptions {
+    /// Access control (`--auth-file`).
+    pub auth: Option<Arc<auth::Auth>>,
+    /// The cluster's mutual TLS, for forwarding to leaders.
+    pub cluster_tls: Option<Arc<runnel_tls::ClusterTls>>,
+}
+
+/// [`app`] with `options`.
+pub fn app_with(node: Arc<dyn NodeEngine>, config: ServerConfig, options: AppOptions) -> AppState {
+    let AppOptions { auth, cluster_tls } = options;
     let served_by = http::HeaderValue::from_str(&node.node_label())
         .unwrap_or_else(|_| http::HeaderValue::from_static("unnamed"));
     let state = AppState(Arc::new(App {
         node,
         served_by,
-        forwarder: forward::Forwarder::default(),
+        forwarder: match &cluster_tls {
+            Some(tls) => forward::Forwarder::with_tls(tls.client_config()),
+            None => forward::Forwarder::default(),
+        },
         live_readers: Arc::new(tokio::sync::Semaphore::new(config.max_live_readers.max(1))),
         sse_cache: Arc::default(),
         memory: memory::MemoryGuard::start(config.max_memory_bytes),
         metrics: Arc::default(),
+        auth,
         config: Arc::new(config),
     }));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -157,6 +180,19 @@ pub async fn serve(
     app: AppState,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, config, app, None, shutdown).await
+}
+
+/// [`serve`], over TLS when `tls` is given: a connection that negotiates
+/// HTTP/2 through ALPN is served by hyper's HTTP/2 server; any other goes
+/// the HTTP/1.1 way, direct path included, inside TLS.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    config: &ServerConfig,
+    app: AppState,
+    tls: Option<Arc<runnel_tls::rustls::ServerConfig>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     use axum::serve::Listener;
     use hyper::server::conn::http1::Builder;
     use hyper_util::rt::TokioTimer;
@@ -174,13 +210,15 @@ pub async fn serve(
         .max_buf_size(8192)
         .timer(TokioTimer::new())
         .header_read_timeout(config.request_read_timeout);
+    let h2 = tls::http2_builder(config);
+    let acceptor = tls.map(runnel_tls::tokio_rustls::TlsAcceptor::from);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     // Connections served outside hyper end when this turns true; each holds
     // a receiver, so the sender sees when the last one is gone.
     let (stop_direct, direct_stopped) = tokio::sync::watch::channel(false);
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (io, _peer) = tokio::select! {
+        let (io, peer) = tokio::select! {
             accepted = listener.accept() => accepted,
             _ = &mut shutdown => break,
         };
@@ -191,14 +229,34 @@ pub async fn serve(
             direct_stopped.clone(),
         );
         let read_timeout = config.request_read_timeout;
-        tokio::spawn(serve_connection(
-            io,
-            app,
-            builder,
-            watcher,
-            stop,
-            read_timeout,
-        ));
+        let peer = auth::PeerAddr(peer.ip());
+        let Some(acceptor) = &acceptor else {
+            tokio::spawn(serve_connection(
+                io,
+                peer,
+                app,
+                builder,
+                watcher,
+                stop,
+                read_timeout,
+            ));
+            continue;
+        };
+        let (acceptor, h2) = (acceptor.clone(), h2.clone());
+        tokio::spawn(async move {
+            // A handshake gets as long as a request head.
+            let accepted = tokio::time::timeout(read_timeout, acceptor.accept(io)).await;
+            let stream = match accepted {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => return tracing::debug!(error = %e, "TLS handshake failed"),
+                Err(_) => return tracing::debug!("TLS handshake timed out"),
+            };
+            if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                tls::serve_http2(stream, peer, app, h2, watcher).await;
+            } else {
+                serve_connection(stream, peer, app, builder, watcher, stop, read_timeout).await;
+            }
+        });
     }
     drop(direct_stopped);
     let _ = stop_direct.send(true);
@@ -219,6 +277,7 @@ pub async fn serve(
 /// ordinary ones ([`connection`]), then hyper for the rest of it.
 async fn serve_connection<I>(
     io: I,
+    peer: auth::PeerAddr,
     app: AppState,
     builder: hyper::server::conn::http1::Builder,
     watcher: hyper_util::server::graceful::Watcher,
@@ -229,18 +288,38 @@ async fn serve_connection<I>(
 {
     use hyper_util::rt::TokioIo;
 
-    let Some((io, prefix)) = serve_directly(io, app.clone(), stop, read_timeout).await else {
+    let Some((io, prefix)) = serve_directly(io, peer, app.clone(), stop, read_timeout).await else {
         return;
     };
     let io = TokioIo::new(connection::Rewind::new(prefix, io));
-    let service = hyper::service::service_fn(move |request: http::Request<_>| {
-        let answer = routes::handle(app.clone(), request.map(axum::body::Body::new));
-        async move { Ok::<_, std::convert::Infallible>(answer.await) }
-    });
-    let served = watcher.watch(builder.serve_connection(io, service));
+    let served = watcher.watch(builder.serve_connection(io, hyper_service(app, peer)));
     if let Err(e) = served.await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
+}
+
+/// The application as a hyper service for a connection from `peer`.
+fn hyper_service<B>(
+    app: AppState,
+    peer: auth::PeerAddr,
+) -> impl hyper::service::Service<
+    http::Request<B>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl std::future::Future<
+        Output = Result<axum::response::Response, std::convert::Infallible>,
+    > + Send
+                 + 'static,
+> + Clone
+where
+    B: hyper::body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<axum::BoxError>,
+{
+    hyper::service::service_fn(move |mut request: http::Request<B>| {
+        request.extensions_mut().insert(peer);
+        let answer = routes::handle(app.clone(), request.map(axum::body::Body::new));
+        async move { Ok::<_, std::convert::Infallible>(answer.await) }
+    })
 }
 
 /// Serves the requests of a connection that this path takes; returns the
@@ -248,6 +327,7 @@ async fn serve_connection<I>(
 /// take, for hyper, or `None` once the connection is over.
 async fn serve_directly<I>(
     mut io: I,
+    peer: auth::PeerAddr,
     app: AppState,
     stop: tokio::sync::watch::Receiver<bool>,
     read_timeout: Duration,
@@ -266,7 +346,10 @@ where
     // The application's future is boxed: held inline it would make every
     // connection's task as large as the largest handler, for its whole
     // life, idle SSE readers included.
-    let respond = |request| Box::pin(routes::respond(app.clone(), request));
+    let respond = |mut request: http::Request<axum::body::Body>| {
+        request.extensions_mut().insert(peer);
+        Box::pin(routes::respond(app.clone(), request))
+    };
     let common = routes::protocol_head();
     let mut received = bytes::Bytes::new();
     loop {
@@ -291,7 +374,7 @@ where
                 request,
                 keep_alive,
             } => {
-                let answered = match handlers::append_directly(&app, request) {
+                let answered = match handlers::append_directly(&app, request, peer) {
                     Ok(appending) => {
                         direct_connection::answer(&mut io, appending, false, keep_alive, common)
                             .await

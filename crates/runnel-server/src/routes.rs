@@ -59,14 +59,24 @@ async fn route(app: AppState, request: Request<Body>) -> Response {
     {
         return handlers::stream(app, request).await;
     }
-    let fixed = match path {
-        "/health" => handlers::health,
-        "/ready" => handlers::ready,
-        "/_runnel/status" => handlers::status,
-        "/metrics" => handlers::metrics,
+    if path == handlers::read_token::PATH {
+        return handlers::read_token::mint(&app, &request)
+            .unwrap_or_else(IntoResponse::into_response);
+    }
+    // Health and readiness stay open: load balancers probe them.
+    let (fixed, admin): (fn(&AppState) -> Response, bool) = match path {
+        "/health" => (handlers::health, false),
+        "/ready" => (handlers::ready, false),
+        "/_runnel/status" => (handlers::status, true),
+        "/metrics" => (handlers::metrics, true),
         _ => return ApiError::NotFound.into_response(),
     };
     if matches!(*request.method(), Method::GET | Method::HEAD) {
+        if admin {
+            if let Err(e) = handlers::check_admin(&app, &request) {
+                return e.into_response();
+            }
+        }
         fixed(&app)
     } else {
         let mut response = ApiError::MethodNotAllowed.into_response();

@@ -163,6 +163,30 @@ pub struct ServeArgs {
     /// as a distant store's first byte would [default: none].
     #[arg(long)]
     pub object_store_read_latency_ms: Option<u64>,
+    /// PEM certificate chain for HTTPS (with --tls-key); re-read on
+    /// SIGHUP [default: plain HTTP].
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Cluster mutual TLS: the cluster CA's PEM certificate. Raft and
+    /// forwarding go over TLS, each node known by its certificate, which
+    /// must name it `node-ID.runnel` [default: plaintext between nodes].
+    #[arg(long)]
+    pub cluster_ca: Option<PathBuf>,
+    /// Cluster mutual TLS: this node's PEM certificate (from the cluster
+    /// CA, naming `node-ID.runnel`); re-read on SIGHUP.
+    #[arg(long)]
+    pub cluster_cert: Option<PathBuf>,
+    /// Cluster mutual TLS: this node's PEM private key.
+    #[arg(long)]
+    pub cluster_key: Option<PathBuf>,
+    /// Access control: a TOML file of bearer tokens (SHA-256 hashes), JWT
+    /// keys, grants and rate limits (see README); re-read on SIGHUP
+    /// [default: off, every request allowed].
+    #[arg(long)]
+    pub auth_file: Option<PathBuf>,
     /// Start an empty data directory from the newest checkpoint backed up
     /// in the object store (single node). Without it, an empty data
     /// directory is restored on its own when the store holds a backup.
@@ -187,6 +211,12 @@ pub struct Settings {
     pub cluster: Option<ClusterSettings>,
     /// Restore the data directory from the object store first.
     pub restore: bool,
+    /// Access control, when an auth file is given.
+    pub auth: Option<std::sync::Arc<runnel_server::auth::Auth>>,
+    /// The HTTP listener's certificate (`--tls-cert`).
+    pub tls: Option<std::sync::Arc<runnel_tls::ReloadableCert>>,
+    /// Mutual TLS between cluster nodes.
+    pub cluster_tls: Option<std::sync::Arc<runnel_tls::ClusterTls>>,
 }
 
 /// Parses `1=HOST:PORT,2=HOST:PORT`.
@@ -431,12 +461,61 @@ impl ServeArgs {
                 "--restore is for a single node; a cluster member recovers from its peers".into(),
             );
         }
+        let auth = match self.auth_file.or(file.auth_file) {
+            None => None,
+            Some(path) => {
+                let auth = runnel_server::auth::Auth::load(&path)?;
+                if cluster.as_ref().is_some_and(|c| c.peers.len() > 1)
+                    && auth.cluster_key().is_none()
+                {
+                    return Err(format!(
+                        "auth file {}: a cluster with access control needs a cluster_key, \
+                         which its nodes send each other",
+                        path.display()
+                    ));
+                }
+                Some(std::sync::Arc::new(auth))
+            }
+        };
+        let tls = match (
+            self.tls_cert.or(file.tls_cert),
+            self.tls_key.or(file.tls_key),
+        ) {
+            (None, None) => None,
+            (Some(cert), Some(key)) => Some(std::sync::Arc::new(
+                runnel_tls::ReloadableCert::load(&cert, &key).map_err(|e| e.to_string())?,
+            )),
+            _ => return Err("--tls-cert and --tls-key go together".into()),
+        };
+        let cluster_tls = match (
+            self.cluster_ca.or(file.cluster_ca),
+            self.cluster_cert.or(file.cluster_cert),
+            self.cluster_key.or(file.cluster_key),
+        ) {
+            (None, None, None) => None,
+            (Some(ca), Some(cert), Some(key)) => {
+                let Some(cluster) = &cluster else {
+                    return Err(
+                        "--cluster-ca/--cluster-cert/--cluster-key are for a cluster".into(),
+                    );
+                };
+                let members: Vec<u64> = cluster.peers.keys().copied().collect();
+                Some(std::sync::Arc::new(
+                    runnel_tls::ClusterTls::load(cluster.node_id, &members, &ca, &cert, &key)
+                        .map_err(|e| e.to_string())?,
+                ))
+            }
+            _ => return Err("--cluster-ca, --cluster-cert and --cluster-key go together".into()),
+        };
         Ok(Settings {
             listen,
             engine,
             server,
             cluster,
             restore: self.restore,
+            auth,
+            tls,
+            cluster_tls,
         })
     }
 }

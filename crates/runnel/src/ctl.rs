@@ -18,13 +18,21 @@ pub enum CtlCommand {
         /// Print the raw JSON instead of a table.
         #[arg(long)]
         json: bool,
+        /// Bearer token with `admin` on every stream (servers with
+        /// access control).
+        #[arg(long, env = "RUNNEL_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
 }
 
 pub fn run(command: CtlCommand) -> Result<(), String> {
     match command {
-        CtlCommand::Status { target, json } => {
-            let body = http_get(&target, "/_runnel/status")?;
+        CtlCommand::Status {
+            target,
+            json,
+            token,
+        } => {
+            let body = http_get(&target, "/_runnel/status", token.as_deref())?;
             if json {
                 println!("{body}");
                 return Ok(());
@@ -119,7 +127,7 @@ fn render_tiering(tiering: &serde_json::Value) -> String {
 }
 
 /// A plain HTTP/1.1 GET (the status endpoint is small; no client crate).
-fn http_get(base: &str, path: &str) -> Result<String, String> {
+fn http_get(base: &str, path: &str, token: Option<&str>) -> Result<String, String> {
     let authority = base
         .strip_prefix("http://")
         .ok_or_else(|| format!("{base:?}: only http:// targets are supported"))?
@@ -129,9 +137,12 @@ fn http_get(base: &str, path: &str) -> Result<String, String> {
     stream
         .set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
+    let authorization = token
+        .map(|token| format!("Authorization: Bearer {token}\r\n"))
+        .unwrap_or_default();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+        "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{authorization}Connection: close\r\n\r\n"
     )
     .map_err(|e| format!("sending to {authority}: {e}"))?;
     let mut response = String::new();

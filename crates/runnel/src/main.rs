@@ -129,6 +129,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                     config.election_timeout = (timeout, timeout * 2);
                     config.heartbeat = timeout / 6;
                 }
+                config.tls = settings.cluster_tls.clone();
                 ClusterNode::open(&config)
                     .await
                     .map_err(|e| e.to_string())?
@@ -136,10 +137,32 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         };
         let local = listener.local_addr().map_err(|e| e.to_string())?;
         tracing::info!(listen = %local, data_dir = %settings.engine.data_dir.display(), "serving");
-        let app = runnel_server::app(node, settings.server.clone());
-        runnel_server::serve(listener, &settings.server, app, shutdown_signal())
-            .await
-            .map_err(|e| format!("server failed: {e}"))
+        let listener_tls = match (&settings.tls, &settings.cluster_tls) {
+            (None, None) => None,
+            (public, cluster) => Some(
+                runnel_tls::http_server_config(public.clone(), cluster.as_deref())
+                    .map_err(|e| e.to_string())?,
+            ),
+        };
+        tokio::spawn(reload_on_sighup(Reloadable {
+            auth: settings.auth.clone(),
+            tls: settings.tls.clone(),
+            cluster_tls: settings.cluster_tls.clone(),
+        }));
+        let options = runnel_server::AppOptions {
+            auth: settings.auth.clone(),
+            cluster_tls: settings.cluster_tls.clone(),
+        };
+        let app = runnel_server::app_with(node, settings.server.clone(), options);
+        runnel_server::serve_with(
+            listener,
+            &settings.server,
+            app,
+            listener_tls,
+            shutdown_signal(),
+        )
+        .await
+        .map_err(|e| format!("server failed: {e}"))
     })
 }
 
@@ -158,6 +181,44 @@ async fn restore(settings: &config::Settings) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// What SIGHUP re-reads.
+struct Reloadable {
+    auth: Option<Arc<runnel_server::auth::Auth>>,
+    tls: Option<Arc<runnel_tls::ReloadableCert>>,
+    cluster_tls: Option<Arc<runnel_tls::ClusterTls>>,
+}
+
+/// Re-reads the auth file and the certificates on each SIGHUP. A file
+/// with mistakes leaves what is in force in force, and the log says why;
+/// open connections keep their certificate.
+async fn reload_on_sighup(reloadable: Reloadable) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut hangups) = signal(SignalKind::hangup()) else {
+        tracing::warn!("no SIGHUP handler: the auth file and certificates are read once");
+        return;
+    };
+    while hangups.recv().await.is_some() {
+        let report = |what: &str, result: Result<(), String>| match result {
+            Ok(()) => tracing::info!("{what} reloaded"),
+            Err(e) => {
+                tracing::error!(error = %e, "{what} not reloaded; the old one stays in force")
+            }
+        };
+        if let Some(auth) = &reloadable.auth {
+            report("auth file", auth.reload());
+        }
+        if let Some(tls) = &reloadable.tls {
+            report("TLS certificate", tls.reload().map_err(|e| e.to_string()));
+        }
+        if let Some(cluster) = &reloadable.cluster_tls {
+            report(
+                "cluster certificate",
+                cluster.reload().map_err(|e| e.to_string()),
+            );
+        }
+    }
 }
 
 async fn shutdown_signal() {

@@ -11,6 +11,11 @@
 //! A node listens for Raft traffic on its HTTP port plus one (see
 //! [`raft_addr`]). Requests are answered as they complete, so a slow
 //! append of one group does not hold up the votes of another.
+//!
+//! With the cluster's mutual TLS ([`runnel_tls::ClusterTls`]) every
+//! connection is TLS both ways: a node dialing peer N accepts only N's
+//! certificate, and a node accepts only connections whose certificate
+//! names a member.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -26,7 +31,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
 
@@ -124,7 +129,9 @@ struct Connection {
 
 /// The link to one peer, shared by all groups; reconnects on demand.
 pub struct PeerLink {
+    peer: NodeId,
     addr: String,
+    tls: Option<Arc<runnel_tls::ClusterTls>>,
     next_id: AtomicU64,
     /// Whether the last connection attempt succeeded (logged on change).
     reachable: AtomicBool,
@@ -132,9 +139,11 @@ pub struct PeerLink {
 }
 
 impl PeerLink {
-    pub fn new(addr: String) -> PeerLink {
+    pub fn new(peer: NodeId, addr: String, tls: Option<Arc<runnel_tls::ClusterTls>>) -> PeerLink {
         PeerLink {
+            peer,
             addr,
+            tls,
             next_id: AtomicU64::new(1),
             reachable: AtomicBool::new(true),
             connection: tokio::sync::Mutex::new(None),
@@ -229,7 +238,23 @@ impl PeerLink {
             .map_err(|_| format!("connecting to {} timed out", self.addr))?
             .map_err(|e| format!("connecting to {}: {e}", self.addr))?;
         let _ = stream.set_nodelay(true);
-        let (mut reader, writer) = stream.into_split();
+        let (mut reader, writer): (
+            Box<dyn AsyncRead + Send + Unpin>,
+            Box<dyn AsyncWrite + Send + Unpin>,
+        ) = match &self.tls {
+            None => {
+                let (reader, writer) = stream.into_split();
+                (Box::new(reader), Box::new(writer))
+            }
+            Some(tls) => {
+                let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(self.peer, stream))
+                    .await
+                    .map_err(|_| format!("TLS with {} timed out", self.addr))?
+                    .map_err(|e| format!("TLS with {}: {e}", self.addr))?;
+                let (reader, writer) = tokio::io::split(stream);
+                (Box::new(reader), Box::new(writer))
+            }
+        };
         let (frames, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
         let pending: Arc<Pending> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
@@ -378,6 +403,7 @@ pub(crate) struct TcpTransport {
     pub links: Arc<HashMap<NodeId, Arc<PeerLink>>>,
     /// This node's Raft address.
     pub listen: String,
+    pub tls: Option<Arc<runnel_tls::ClusterTls>>,
 }
 
 impl Transport for TcpTransport {
@@ -402,7 +428,11 @@ impl Transport for TcpTransport {
                     source,
                 }
             })?;
-            Ok(vec![tokio::spawn(serve(listener, served))])
+            Ok(vec![tokio::spawn(serve(
+                listener,
+                served,
+                self.tls.clone(),
+            ))])
         })
     }
 
@@ -540,8 +570,13 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
     }
 }
 
-/// Answers the Raft RPCs of every group arriving on `listener`.
-pub(crate) async fn serve(listener: TcpListener, served: Arc<Served>) {
+/// Answers the Raft RPCs of every group arriving on `listener`, over
+/// mutual TLS when `tls` is given.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    served: Arc<Served>,
+    tls: Option<Arc<runnel_tls::ClusterTls>>,
+) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
@@ -552,12 +587,32 @@ pub(crate) async fn serve(listener: TcpListener, served: Arc<Served>) {
             }
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_connection(stream, Arc::clone(&served)));
+        let served = Arc::clone(&served);
+        match &tls {
+            None => {
+                tokio::spawn(serve_connection(stream, served));
+            }
+            Some(tls) => {
+                let tls = Arc::clone(tls);
+                tokio::spawn(async move {
+                    match tokio::time::timeout(CONNECT_TIMEOUT * 5, tls.accept(stream)).await {
+                        Ok(Ok((stream, _peer))) => serve_connection(stream, served).await,
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "raft connection refused: TLS")
+                        }
+                        Err(_) => tracing::warn!("raft connection refused: TLS timed out"),
+                    }
+                });
+            }
+        }
     }
 }
 
-async fn serve_connection(stream: TcpStream, served: Arc<Served>) {
-    let (mut reader, writer) = stream.into_split();
+async fn serve_connection(
+    stream: impl AsyncRead + AsyncWrite + Send + 'static,
+    served: Arc<Served>,
+) {
+    let (mut reader, writer) = tokio::io::split(stream);
     let (responses, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::spawn(write_frames(writer, outgoing));
     while let Ok(frame) = read_frame(&mut reader).await {

@@ -52,6 +52,7 @@ pub async fn post(app: AppState, name: String, request: Request) -> Result<Respo
 pub fn direct(
     app: &AppState,
     request: Box<RawRequest>,
+    peer: crate::auth::PeerAddr,
 ) -> Result<Pin<Box<dyn Future<Output = Answer> + Send>>, Box<RawRequest>> {
     let target = request.target();
     let plain = request.method() == Method::POST
@@ -73,7 +74,23 @@ pub fn direct(
     let app = app.clone();
     Ok(Box::pin(async move {
         let started = std::time::Instant::now();
-        let done = match AppendHeaders::of(&*request) {
+        let allowed = match &app.auth {
+            None => Ok(()),
+            Some(auth) => {
+                let credentials = crate::auth::Credentials {
+                    method: Some(&Method::POST),
+                    authorization: request.header("authorization"),
+                    query: None,
+                    cluster_key: request.header(crate::auth::CLUSTER_KEY.as_str()),
+                    peer: Some(peer.0),
+                };
+                let needs = [(crate::auth::Operation::Append, name.as_str())];
+                auth.check(&credentials, crate::auth::Access::Streams(&needs))
+                    .map(drop)
+                    .map_err(ApiError::from)
+            }
+        };
+        let done = match allowed.and_then(|()| AppendHeaders::of(&*request)) {
             Ok(appending) => {
                 let data = request.body();
                 if data.len() as u64 > app.config.max_append_bytes {

@@ -9,6 +9,7 @@ mod delete;
 mod head;
 mod pin;
 mod read;
+pub mod read_token;
 mod snapshot;
 mod sse;
 
@@ -24,6 +25,7 @@ use http::{HeaderValue, Method};
 use runnel_core::ContentKind;
 use runnel_engine::Route;
 
+use crate::auth::{Access, Credentials, Operation};
 use crate::error::ApiError;
 use crate::headers;
 use crate::metrics::{LiveMode, Refusal};
@@ -39,6 +41,9 @@ pub async fn stream(app: AppState, request: Request) -> Response {
         Ok(target) => target,
         Err(e) => return e.into_response(),
     };
+    if let Err(e) = check_access(&app, &target, &request) {
+        return e.into_response();
+    }
     let mut route = app.node.route(target.stream());
     let mut follower_read = false;
     if matches!(route, Route::Forward { .. })
@@ -65,13 +70,54 @@ pub async fn stream(app: AppState, request: Request) -> Response {
         }
         Route::Forward { node, addr } => {
             let me = app.node.node_label();
-            app.forwarder.forward(&me, node, &addr, request).await
+            let cluster_key = app.auth.as_ref().and_then(|auth| auth.cluster_key());
+            app.forwarder
+                .forward(&me, node, &addr, cluster_key, request)
+                .await
         }
         Route::NoLeader => ApiError::Unavailable(
             "this stream's group has no leader at the moment (election under way); retry".into(),
         )
         .into_response(),
     }
+}
+
+/// With access control on, whether the caller may do what `request`
+/// does to `target`: the operation on the stream, and reading the source
+/// of a fork. `$pin` is for nodes only.
+fn check_access(app: &AppState, target: &Target, request: &Request) -> Result<(), ApiError> {
+    let Some(auth) = &app.auth else {
+        return Ok(());
+    };
+    let credentials = Credentials::of(request);
+    let method = request.method();
+    let operation = match (target, method) {
+        (Target::Pin(_), _) if pin::made_here(request) => return Ok(()),
+        (Target::Pin(_), _) => {
+            auth.check(&credentials, Access::Node)?;
+            return Ok(());
+        }
+        (Target::Stream(_), &Method::PUT) => Operation::Create,
+        (Target::Stream(_), &Method::POST) => Operation::Append,
+        (Target::Stream(_) | Target::Snapshot(..), &Method::DELETE) => Operation::Delete,
+        (Target::Snapshot(..), &Method::PUT) => Operation::Append,
+        (Target::Retention(..), _) => Operation::Delete,
+        _ => Operation::Read,
+    };
+    let fork_source = match operation {
+        Operation::Create => headers::text(request.headers(), &headers::names::STREAM_FORKED_FROM)
+            .ok()
+            .flatten()
+            .and_then(|source| headers::stream_name(source).ok()),
+        _ => None,
+    };
+    let stream = target.stream();
+    let mut needs = vec![(operation, stream)];
+    if let Some(source) = &fork_source {
+        needs.push((Operation::Read, source.as_str()));
+    }
+    auth.check(&credentials, Access::Streams(&needs))?;
+    Ok(())
 }
 
 /// Admits a live reader (SSE or long-poll): refused while the node is over
@@ -182,7 +228,9 @@ async fn dispatch(app: AppState, target: Target, request: Request) -> Result<Res
             snapshot::trim(app, name, offset).await
         }
         Target::Pin(name) => {
-            pin::check_internal(&request)?;
+            if app.auth.is_none() {
+                pin::check_internal(&request)?;
+            }
             match method {
                 Method::POST => pin::pin(app, name, request).await,
                 Method::DELETE => pin::unpin(app, name, request).await,
@@ -232,6 +280,15 @@ pub fn metrics(app: &AppState) -> Response {
         body,
     )
         .into_response()
+}
+
+/// With access control on, 401 or 403 unless the caller has `admin` on
+/// every stream (status and metrics).
+pub fn check_admin(app: &AppState, request: &Request) -> Result<(), ApiError> {
+    if let Some(auth) = &app.auth {
+        auth.check(&Credentials::of(request), Access::ServerAdmin)?;
+    }
+    Ok(())
 }
 
 /// The node, its groups and their leaders, as JSON (`runnel ctl status`).

@@ -98,8 +98,14 @@ fn pin_token(h: &http::HeaderMap) -> Result<String, ApiError> {
 #[derive(Clone, Copy)]
 struct Internal;
 
+/// Whether this process made `request` itself.
+pub(super) fn made_here(request: &Request) -> bool {
+    request.extensions().get::<Internal>().is_some()
+}
+
 /// `$pin` is for nodes, not clients: a request made in this process, or
-/// forwarded by a peer (which made it), is let through.
+/// forwarded by a peer (which made it), is let through. (With access
+/// control on, the cluster key decides instead: see `check_access`.)
 pub(super) fn check_internal(request: &Request) -> Result<(), ApiError> {
     let internal = request.extensions().get::<Internal>().is_some()
         || request
@@ -136,7 +142,7 @@ pub(super) async fn request_pin(
     fork: &ForkFrom,
     token: &str,
 ) -> Result<(ForkMaterial, Bytes), Response> {
-    let mut request = internal_request(Method::POST, &fork.source, token);
+    let mut request = node_request(app, Method::POST, &fork.source, token);
     let h = request.headers_mut();
     if let Some(offset) = fork.offset {
         let offset = runnel_core::Offset(offset).to_string();
@@ -175,7 +181,7 @@ pub(crate) async fn send_unpins(app: &AppState, pins: Vec<RemotePin>) {
     for pin in pins {
         let mut delay = Duration::from_millis(50);
         for attempt in 1..=5 {
-            let request = internal_request(Method::DELETE, &pin.source, &pin.token);
+            let request = node_request(app, Method::DELETE, &pin.source, &pin.token);
             let response = Box::pin(super::stream(app.clone(), request)).await;
             if response.status().is_success() {
                 break;
@@ -218,6 +224,16 @@ fn internal_request(method: Method, source: &str, token: &str) -> Request {
     *request.uri_mut() = path.parse().expect("encoded paths are valid URIs");
     if let Ok(token) = HeaderValue::from_str(token) {
         request.headers_mut().insert(PIN_TOKEN, token);
+    }
+    request
+}
+
+/// A `$pin` request as `internal_request` makes it, with the cluster key
+/// when access control is on, for when it is forwarded to another node.
+fn node_request(app: &AppState, method: Method, source: &str, token: &str) -> Request {
+    let mut request = internal_request(method, source, token);
+    if let Some(key) = app.auth.as_ref().and_then(|auth| auth.cluster_key()) {
+        request.headers_mut().insert(crate::auth::CLUSTER_KEY, key);
     }
     request
 }

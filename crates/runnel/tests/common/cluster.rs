@@ -12,6 +12,9 @@ pub struct Cluster {
     children: Vec<Option<Child>>,
     /// Extra environment of each node's next start.
     env: Vec<Vec<(String, String)>>,
+    /// Sent as a bearer token with status requests (clusters with access
+    /// control).
+    admin_token: Option<String>,
 }
 
 /// Where node `i` of the cluster with data in `dir` logs:
@@ -35,6 +38,17 @@ impl Cluster {
     /// Starts `nodes` nodes (ids 1..=nodes) with data under `dir` and
     /// waits until every node sees a leader for every group.
     pub async fn start(dir: &Path, nodes: usize, extra: &[&str]) -> Cluster {
+        Cluster::start_as(dir, nodes, extra, None).await
+    }
+
+    /// [`Cluster::start`] for a cluster with access control: status
+    /// requests carry `admin_token`.
+    pub async fn start_as(
+        dir: &Path,
+        nodes: usize,
+        extra: &[&str],
+        admin_token: Option<&str>,
+    ) -> Cluster {
         // Each node's HTTP port and, next to it, its Raft port.
         let ports: Vec<u16> = (0..nodes).map(|_| super::reserve_ports(2)).collect();
         let peers = ports
@@ -50,6 +64,7 @@ impl Cluster {
             extra: extra.iter().map(|s| s.to_string()).collect(),
             children: (0..nodes).map(|_| None).collect(),
             env: vec![Vec::new(); nodes],
+            admin_token: admin_token.map(str::to_string),
         };
         for i in 0..nodes {
             cluster.spawn(i);
@@ -132,12 +147,13 @@ impl Cluster {
 
     /// `/_runnel/status` of node `i`, if it answers.
     pub async fn status(&self, i: usize) -> Option<serde_json::Value> {
-        let r = reqwest::Client::new()
+        let mut request = reqwest::Client::new()
             .get(format!("{}/_runnel/status", self.base(i)))
-            .timeout(Duration::from_secs(2))
-            .send()
-            .await
-            .ok()?;
+            .timeout(Duration::from_secs(2));
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        let r = request.send().await.ok()?;
         serde_json::from_slice(&r.bytes().await.ok()?).ok()
     }
 

@@ -70,7 +70,43 @@ impl Server {
         extra: &[S],
         env: &[(&str, &str)],
     ) -> Server {
+        Server::start_logging(data_dir, extra, env, None).await
+    }
+
+    /// [`Server::start_with`], its log (stderr) going to `log` if given.
+    #[allow(dead_code)] // only the access-control test reads a log
+    pub async fn start_logging<S: AsRef<std::ffi::OsStr>>(
+        data_dir: &Path,
+        extra: &[S],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+    ) -> Server {
+        Server::launch(data_dir, extra, env, log, None).await
+    }
+
+    /// [`Server::start`] for a server with `--tls-cert` in `extra` whose
+    /// certificate comes from the CA in the PEM file `ca`.
+    #[allow(dead_code)] // only the TLS tests start HTTPS servers
+    pub async fn start_tls<S: AsRef<std::ffi::OsStr>>(
+        data_dir: &Path,
+        extra: &[S],
+        ca: &Path,
+    ) -> Server {
+        Server::launch(data_dir, extra, &[], None, Some(ca)).await
+    }
+
+    async fn launch<S: AsRef<std::ffi::OsStr>>(
+        data_dir: &Path,
+        extra: &[S],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+        ca: Option<&Path>,
+    ) -> Server {
         let port = reserve_ports(1);
+        let stderr = match log {
+            Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
+            None => Stdio::inherit(),
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_runnel"))
             .arg("serve")
             .arg("--listen")
@@ -81,14 +117,24 @@ impl Server {
             .env("RUNNEL_LOG", "warn")
             .envs(env.iter().copied())
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
+            .stderr(stderr)
             .spawn()
             .expect("runnel binary starts");
+        let (scheme, client) = match ca {
+            None => ("http", reqwest::Client::new()),
+            Some(ca) => {
+                let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
+                let client = reqwest::Client::builder()
+                    .add_root_certificate(ca)
+                    .build()
+                    .unwrap();
+                ("https", client)
+            }
+        };
         let server = Server {
             child,
-            base: format!("http://127.0.0.1:{port}"),
+            base: format!("{scheme}://127.0.0.1:{port}"),
         };
-        let client = reqwest::Client::new();
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(r) = client.get(format!("{}/health", server.base)).send().await {
@@ -134,9 +180,15 @@ impl Server {
     /// Sends SIGTERM: the server shuts down gracefully.
     #[allow(dead_code)] // only the shutdown test asks for one
     pub fn terminate(&self) {
+        self.signal(libc::SIGTERM);
+    }
+
+    /// Sends `signal` to the server process.
+    #[allow(dead_code)] // not every test binary signals its server
+    pub fn signal(&self, signal: libc::c_int) {
         // SAFETY: kill(2) with a child's pid and a valid signal.
-        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
-        assert_eq!(sent, 0, "SIGTERM sent");
+        let sent = unsafe { libc::kill(self.child.id() as libc::pid_t, signal) };
+        assert_eq!(sent, 0, "signal {signal} sent");
     }
 
     /// The exit status, once the process has ended.
