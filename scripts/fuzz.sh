@@ -20,7 +20,7 @@ if ! cargo fuzz --version 2>/dev/null | grep -q "$version"; then
 fi
 targets=("$@")
 if [ ${#targets[@]} = 0 ]; then
-  targets=(http_head offsets_and_cursors protocol_headers json_body raft_frame log_record)
+  targets=(http_head offsets_and_cursors protocol_headers json_body raft_frame log_record credentials)
 fi
 secs=${FUZZ_SECS:-20}
 echo "== building the fuzz targets"

@@ -3,6 +3,7 @@
 //! the request path that a server under test would not see from `wrk`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -14,21 +15,31 @@ use hyper_util::rt::TokioIo;
 
 use crate::BenchError;
 
-/// A target server: its socket address, the `Host` header to send, and
-/// the bearer token to send, if any.
+/// A target server: its socket address, the `Host` header to send, the
+/// bearer token to send, if any, and for `https://` targets the TLS
+/// client (see [`Target::trust`]).
 #[derive(Debug, Clone)]
 pub struct Target {
     pub addr: SocketAddr,
     pub authority: String,
     pub token: Option<String>,
+    /// `https://` targets: the server's name and the client configuration.
+    pub tls: Option<(String, Option<Arc<rustls::ClientConfig>>)>,
 }
 
 impl Target {
-    /// Parses `http://host:port` (a trailing `/` is allowed).
+    /// Parses `http://host:port` or `https://host:port` (a trailing `/`
+    /// is allowed).
     pub fn parse(url: &str) -> Result<Target, BenchError> {
-        let rest = url
-            .strip_prefix("http://")
-            .ok_or_else(|| BenchError::Usage(format!("target {url:?} must start with http://")))?;
+        let (rest, tls) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (_, Some(rest)) => (rest, true),
+            _ => {
+                return Err(BenchError::Usage(format!(
+                    "target {url:?} must start with http:// or https://"
+                )))
+            }
+        };
         let authority = rest.trim_end_matches('/').to_string();
         use std::net::ToSocketAddrs;
         let addr = authority
@@ -36,11 +47,41 @@ impl Target {
             .map_err(|e| BenchError::Usage(format!("target {url:?}: {e}")))?
             .next()
             .ok_or_else(|| BenchError::Usage(format!("target {url:?} resolves to nothing")))?;
+        let host = authority
+            .rsplit_once(':')
+            .map_or(authority.as_str(), |(host, _)| host)
+            .trim_matches(['[', ']'])
+            .to_string();
         Ok(Target {
             addr,
             authority,
             token: None,
+            tls: tls.then_some((host, None)),
         })
+    }
+
+    /// For an `https://` target: trust the CA certificates in the PEM
+    /// file `ca` (a benchmark server's test CA).
+    pub fn trust(&mut self, ca: &std::path::Path) -> Result<(), BenchError> {
+        use rustls::pki_types::pem::PemObject;
+        let Some((_, config)) = &mut self.tls else {
+            return Ok(());
+        };
+        let bad =
+            |e: &dyn std::fmt::Display| BenchError::Usage(format!("--ca {}: {e}", ca.display()));
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).map_err(|e| bad(&e))? {
+            roots.add(cert.map_err(|e| bad(&e))?).map_err(|e| bad(&e))?;
+        }
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(|e| bad(&e))?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        *config = Some(Arc::new(client));
+        Ok(())
     }
 
     /// Parses a comma-separated list.
@@ -50,6 +91,20 @@ impl Target {
             .map(Target::parse)
             .collect()
     }
+}
+
+/// HTTP/1.1 over `io`, its connection driven by a task of its own.
+async fn handshake<I>(io: I) -> Result<SendRequest<Full<Bytes>>, BenchError>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| BenchError::Http(e.to_string()))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    Ok(sender)
 }
 
 /// One keep-alive connection.
@@ -75,12 +130,21 @@ impl Connection {
         .map_err(|_| BenchError::Http("connect timed out".into()))?
         .map_err(|e| BenchError::Http(format!("connect {}: {e}", target.addr)))?;
         stream.set_nodelay(true).ok();
-        let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| BenchError::Http(e.to_string()))?;
-        tokio::spawn(async move {
-            let _ = conn.await;
-        });
+        let sender = match &target.tls {
+            None => handshake(stream).await?,
+            Some((host, config)) => {
+                let config = config.clone().ok_or_else(|| {
+                    BenchError::Usage("an https:// target needs --ca (its CA's PEM file)".into())
+                })?;
+                let name = rustls::pki_types::ServerName::try_from(host.clone())
+                    .map_err(|e| BenchError::Usage(format!("{host}: {e}")))?;
+                let stream = tokio_rustls::TlsConnector::from(config)
+                    .connect(name, stream)
+                    .await
+                    .map_err(|e| BenchError::Http(format!("TLS with {}: {e}", target.addr)))?;
+                handshake(stream).await?
+            }
+        };
         Ok(Connection {
             target: target.clone(),
             sender,

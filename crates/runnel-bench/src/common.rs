@@ -33,6 +33,9 @@ pub struct CommonArgs {
     /// Bearer token sent with every request (servers with access control).
     #[arg(long, env = "RUNNEL_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// PEM file of the CA that signed an https:// target's certificate.
+    #[arg(long)]
+    pub ca: Option<std::path::PathBuf>,
 }
 
 impl CommonArgs {
@@ -40,6 +43,9 @@ impl CommonArgs {
         let mut targets = Target::parse_list(&self.target)?;
         for target in &mut targets {
             target.token.clone_from(&self.token);
+            if let Some(ca) = &self.ca {
+                target.trust(ca)?;
+            }
         }
         if targets.is_empty() {
             return Err(BenchError::Usage("--target names no server".into()));

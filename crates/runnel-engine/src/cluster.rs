@@ -97,6 +97,9 @@ pub struct ClusterNode {
     /// A leader that has heard from no quorum for this long may be cut
     /// off: the node is not ready (`/ready`).
     quorum_silence: Duration,
+    /// Raft RPC figures per peer, for `/metrics`.
+    peer_metrics: Box<dyn Fn() -> Vec<crate::metrics::PeerMetrics> + Send + Sync>,
+    data_dir: std::path::PathBuf,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -357,6 +360,11 @@ impl ClusterNode {
             reads,
             served,
             quorum_silence: config.election_timeout.1 * 2,
+            peer_metrics: {
+                let transport = Arc::clone(&transport);
+                Box::new(move || transport.peer_metrics())
+            },
+            data_dir: engine.data_dir.clone(),
             tasks,
         }))
     }
@@ -734,6 +742,15 @@ impl NodeEngine for ClusterNode {
                             .max()
                     }),
                     votes: !self.served.votes.refuses(g.index(), g.raft()),
+                    pending_proposals: g.pending_proposals(),
+                    proposals_committed: g
+                        .proposals()
+                        .committed
+                        .load(std::sync::atomic::Ordering::Relaxed),
+                    proposals_failed: g
+                        .proposals()
+                        .failed
+                        .load(std::sync::atomic::Ordering::Relaxed),
                 }
             })
             .collect();
@@ -747,7 +764,9 @@ impl NodeEngine for ClusterNode {
                 .map(|g| g.view().with_state(|s| s.stream_count() as u64))
                 .sum(),
             groups,
+            peers: (self.peer_metrics)(),
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
+            disk: crate::metrics::DiskSpace::of(&self.data_dir),
         }
     }
 

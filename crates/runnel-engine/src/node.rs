@@ -350,7 +350,9 @@ impl NodeEngine for Node {
             syncs: self.log.sync_stats(),
             streams: self.groups.iter().map(|g| g.stream_count() as u64).sum(),
             groups: Vec::new(),
+            peers: Vec::new(),
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
+            disk: crate::metrics::DiskSpace::of(&self.data_dir),
         }
     }
 

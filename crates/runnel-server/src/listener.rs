@@ -83,6 +83,15 @@ fn is_per_connection(e: &io::Error) -> bool {
     )
 }
 
+/// Connections cut off because their peer accepted no bytes within the
+/// stall limit (slow readers), over the process's life.
+static STALLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// How many connections were cut off as stalled, for `/metrics`.
+pub fn stalled_connections() -> u64 {
+    STALLED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// A connection that gives its slot back when dropped and fails writes
 /// that stay blocked longer than its stall limit.
 pub struct CountedStream {
@@ -111,10 +120,13 @@ impl CountedStream {
                     .stalled
                     .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
                 match timer.as_mut().poll(cx) {
-                    Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
-                        io::ErrorKind::TimedOut,
-                        "peer accepted no data within the write stall timeout",
-                    ))),
+                    Poll::Ready(()) => {
+                        STALLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        Poll::Ready(Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            "peer accepted no data within the write stall timeout",
+                        )))
+                    }
                     Poll::Pending => Poll::Pending,
                 }
             }

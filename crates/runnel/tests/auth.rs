@@ -428,9 +428,31 @@ async fn single_node_matrix() {
     let failures = run_matrix(&client, &server.base, "one", true).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
     forks_and_query_tokens(&client, &server.base, "one").await;
+    // Refusals are counted; none here was over a rate limit.
+    let metrics = client
+        .get(format!("{}/metrics", server.base))
+        .bearer_auth(Caller::Admin.token().unwrap())
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let refused = |reason: &str| -> f64 {
+        let key = format!("runnel_auth_refusals_total{{reason=\"{reason}\"}} ");
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&key)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key}"))
+    };
+    assert!(refused("unauthenticated") > 10.0 && refused("forbidden") > 10.0);
+    assert_eq!(refused("rate_limited"), 0.0);
     drop(server);
     let logs = std::fs::read_to_string(&log).unwrap();
-    assert!(logs.lines().count() > 3, "the server logged at debug level");
+    assert!(
+        logs.contains("DEBUG"),
+        "the server logged at debug level: {logs}"
+    );
     assert_no_credentials_in(&logs);
 }
 

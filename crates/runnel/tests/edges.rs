@@ -623,10 +623,17 @@ async fn ready_follows_whether_a_node_can_serve() {
             i + 1
         );
     }
+    // Some writes, so that leaders commit proposals.
+    for n in 0..12 {
+        common::create_text(&client, &cluster.stream_url(0, &format!("m{n}")), "x").await;
+    }
     // A ready node's metrics name a leader for every group, and exactly
-    // one node leads each.
+    // one node leads each; the proposals committed are counted where they
+    // were submitted (12 creations, forwarded to their leaders); every
+    // node has made RPCs to both peers; the disk is measured.
     let mut leading = 0;
     let mut groups = 0;
+    let mut committed = 0;
     for i in 0..3 {
         let text = client
             .get(format!("{}/metrics", cluster.base(i)))
@@ -651,8 +658,29 @@ async fn ready_follows_whether_a_node_can_serve() {
         assert!(samples("runnel_group_votes").iter().all(|&v| v == 1));
         leading += samples("runnel_group_is_leader").iter().sum::<u64>();
         groups = leaders.len() as u64;
+        committed += samples("runnel_group_proposals_committed_total")
+            .iter()
+            .sum::<u64>();
+        assert_eq!(
+            samples("runnel_group_proposals_failed_total").len(),
+            leaders.len()
+        );
+        let value = |key: &str| -> f64 {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix(' ')?.parse().ok())
+                .unwrap_or_else(|| panic!("node {}: no {key}", i + 1))
+        };
+        for peer in (1..=3).filter(|p| *p != i + 1) {
+            let rpcs = value(&format!(
+                "runnel_peer_rpc_duration_seconds_count{{peer=\"{peer}\"}}"
+            ));
+            assert!(rpcs > 0.0, "node {} has called node {peer}", i + 1);
+        }
+        assert!(value("runnel_disk_free_bytes") > 0.0);
+        assert!(value("runnel_disk_total_bytes") >= value("runnel_disk_free_bytes"));
     }
     assert_eq!(leading, groups, "one leader per group");
+    assert!(committed >= 12, "{committed} proposals committed");
     // Two nodes gone: the last one can serve nothing, and says why.
     cluster.kill(1);
     cluster.kill(2);

@@ -142,6 +142,8 @@ async fn metrics_move_with_the_load() {
     assert_eq!(get(&after, "runnel_log_failed"), 0.0);
     assert!(get(&after, "process_resident_memory_bytes") > 1e6);
     assert!(get(&after, "process_open_fds") > 0.0);
+    assert!(get(&after, "runnel_disk_free_bytes") > 0.0);
+    assert!(get(&after, "runnel_disk_total_bytes") >= get(&after, "runnel_disk_free_bytes"));
     assert!(delta("runnel_http_requests_total{route=\"metrics\",code=\"2xx\"}") >= 1.0);
 
     // Readers gone: the gauge follows.

@@ -12,6 +12,7 @@
 //! reaches a follower raced a leadership change and is refused as
 //! [`EngineError::NotLeader`].
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use openraft::error::ClientWriteError;
@@ -33,6 +34,7 @@ pub struct RaftGroup {
     /// One permit per batch in flight (see [`propose_batches`]).
     in_flight: Arc<Semaphore>,
     read_barrier: Arc<ReadBarrier>,
+    counts: Arc<ProposalCounts>,
 }
 
 struct Proposal {
@@ -77,8 +79,15 @@ impl RaftGroup {
     ) -> RaftGroup {
         let (proposals, queue) = mpsc::channel(max_pending.max(1));
         let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
-        tokio::spawn(propose_batches(raft.clone(), queue, Arc::clone(&in_flight)));
+        let counts = Arc::new(ProposalCounts::default());
+        tokio::spawn(propose_batches(
+            raft.clone(),
+            queue,
+            Arc::clone(&in_flight),
+            Arc::clone(&counts),
+        ));
         RaftGroup {
+            counts,
             in_flight,
             index,
             node_id,
@@ -91,6 +100,16 @@ impl RaftGroup {
 
     pub fn raft(&self) -> &Raft {
         &self.raft
+    }
+
+    /// Proposals queued here, not yet submitted to Raft.
+    pub fn pending_proposals(&self) -> u64 {
+        (self.proposals.max_capacity() - self.proposals.capacity()) as u64
+    }
+
+    /// What became of the proposals submitted here.
+    pub fn proposals(&self) -> &ProposalCounts {
+        &self.counts
     }
 
     /// Stops submitting batches until the guard drops, once those in
@@ -163,10 +182,21 @@ impl RaftGroup {
 
 /// The group's proposer: packs queued proposals into batches and submits
 /// them to Raft in arrival order, at most [`BATCHES_IN_FLIGHT`] at once.
+/// What became of the proposals a group submitted, for `/metrics`.
+#[derive(Debug, Default)]
+pub struct ProposalCounts {
+    /// Committed and applied (whether the command succeeded or was refused
+    /// by the state machine).
+    pub committed: AtomicU64,
+    /// Not committed: leadership lost, shutdown, replication failed.
+    pub failed: AtomicU64,
+}
+
 async fn propose_batches(
     raft: Raft,
     mut queue: mpsc::Receiver<Proposal>,
     in_flight: Arc<Semaphore>,
+    counts: Arc<ProposalCounts>,
 ) {
     while let Some(first) = queue.recv().await {
         let Ok(permit) = Arc::clone(&in_flight).acquire_owned().await else {
@@ -184,6 +214,7 @@ async fn propose_batches(
             }
         }
         let submitted = raft.client_write_ff(batch).await;
+        let counts = Arc::clone(&counts);
         tokio::spawn(async move {
             let results = match submitted {
                 Err(fatal) => Err(EngineError::Replication(fatal.to_string())),
@@ -197,6 +228,11 @@ async fn propose_batches(
                 },
             };
             drop(permit);
+            let outcome = match &results {
+                Ok(_) => &counts.committed,
+                Err(_) => &counts.failed,
+            };
+            outcome.fetch_add(replies.len() as u64, Ordering::Relaxed);
             match results {
                 Ok(results) if results.len() == replies.len() => {
                     for (reply, result) in replies.into_iter().zip(results) {

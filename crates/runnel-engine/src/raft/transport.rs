@@ -37,6 +37,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::vote_guard::{VoteGuard, REFUSAL};
 use super::{NodeId, Raft, TypeConfig};
+use crate::metrics::histogram::Histogram;
+use crate::metrics::PeerMetrics;
 
 const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
@@ -136,6 +138,9 @@ pub struct PeerLink {
     /// Whether the last connection attempt succeeded (logged on change).
     reachable: AtomicBool,
     connection: tokio::sync::Mutex<Option<Connection>>,
+    /// Round trips of calls, for `/metrics`.
+    latency: Histogram,
+    failures: AtomicU64,
 }
 
 impl PeerLink {
@@ -147,10 +152,38 @@ impl PeerLink {
             next_id: AtomicU64::new(1),
             reachable: AtomicBool::new(true),
             connection: tokio::sync::Mutex::new(None),
+            latency: Histogram::default(),
+            failures: AtomicU64::new(0),
         }
     }
 
+    /// Calls made to this peer so far, for `/metrics`.
+    pub fn metrics(&self) -> PeerMetrics {
+        PeerMetrics {
+            node: self.peer,
+            failures: self.failures.load(Ordering::Relaxed),
+            latency: self.latency.snapshot(),
+        }
+    }
+
+    /// One RPC, counted in this peer's figures.
     async fn call(
+        &self,
+        kind: u8,
+        group: u32,
+        body: &[u8],
+        timeout: Duration,
+    ) -> Result<Vec<u8>, String> {
+        let started = std::time::Instant::now();
+        let answer = self.exchange(kind, group, body, timeout).await;
+        self.latency.observe(started.elapsed());
+        if answer.is_err() {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        answer
+    }
+
+    async fn exchange(
         &self,
         kind: u8,
         group: u32,
@@ -336,6 +369,11 @@ async fn read_frame(reader: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result
 pub(crate) trait Transport: Send + Sync + 'static {
     type Network: RaftNetworkFactory<TypeConfig>;
 
+    /// RPC figures per peer (none where the transport keeps none).
+    fn peer_metrics(&self) -> Vec<PeerMetrics> {
+        Vec::new()
+    }
+
     /// The clients of group `group`.
     fn network(&self, group: u32) -> Self::Network;
 
@@ -408,6 +446,12 @@ pub(crate) struct TcpTransport {
 
 impl Transport for TcpTransport {
     type Network = NetworkFactory;
+
+    fn peer_metrics(&self) -> Vec<PeerMetrics> {
+        let mut peers: Vec<PeerMetrics> = self.links.values().map(|l| l.metrics()).collect();
+        peers.sort_by_key(|p| p.node);
+        peers
+    }
 
     fn network(&self, group: u32) -> NetworkFactory {
         NetworkFactory {

@@ -201,6 +201,7 @@ impl Tiering {
             store_gets: load(&store.gets),
             store_puts: load(&store.puts),
             store_errors: load(&store.errors),
+            store_call_seconds: load(&store.call_micros) as f64 / 1e6,
             cache_hits: load(&cache.hits),
             cache_misses: load(&cache.misses),
         }

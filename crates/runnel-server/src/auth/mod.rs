@@ -27,6 +27,7 @@ pub mod rate;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -103,6 +104,8 @@ pub struct Auth {
     policy: RwLock<Arc<Policy>>,
     limiter: RateLimiter,
     jwt_cache: Mutex<HashMap<[u8; 32], Arc<Principal>>>,
+    /// Refusals so far, by kind (401, 403, 429), for `/metrics`.
+    refusals: [AtomicU64; 3],
 }
 
 impl Auth {
@@ -118,7 +121,16 @@ impl Auth {
             policy: RwLock::new(Arc::new(policy)),
             limiter: RateLimiter::default(),
             jwt_cache: Mutex::default(),
+            refusals: Default::default(),
         }
+    }
+
+    /// Requests refused so far: unauthenticated (401), forbidden (403),
+    /// rate limited (429).
+    pub fn refusals(&self) -> [u64; 3] {
+        self.refusals
+            .each_ref()
+            .map(|count| count.load(Ordering::Relaxed))
     }
 
     /// Reads the auth file again; on any error the policy in force stays
@@ -147,6 +159,23 @@ impl Auth {
 
     /// Whether `credentials` allow `access` now.
     pub fn check(
+        &self,
+        credentials: &Credentials<'_>,
+        access: Access<'_>,
+    ) -> Result<Arc<Principal>, Refusal> {
+        let decided = self.decide(credentials, access);
+        if let Err(refusal) = &decided {
+            let kind = match refusal {
+                Refusal::Unauthenticated(_) => 0,
+                Refusal::Forbidden(_) => 1,
+                Refusal::RateLimited(_) => 2,
+            };
+            self.refusals[kind].fetch_add(1, Ordering::Relaxed);
+        }
+        decided
+    }
+
+    fn decide(
         &self,
         credentials: &Credentials<'_>,
         access: Access<'_>,

@@ -271,7 +271,8 @@ pub fn ready(app: &AppState) -> Response {
 
 /// Every metric in the Prometheus text format, read now.
 pub fn metrics(app: &AppState) -> Response {
-    let body = crate::metrics::render::render(&app.metrics, &app.node.metrics());
+    let body =
+        crate::metrics::render::render(&app.metrics, &app.node.metrics(), app.auth.as_deref());
     (
         [(
             http::header::CONTENT_TYPE,

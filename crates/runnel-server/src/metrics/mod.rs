@@ -6,7 +6,6 @@
 //! label set can grow (stream names are never labels). Everything else is
 //! read when a scrape asks.
 
-pub mod histogram;
 pub mod render;
 
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -16,7 +15,7 @@ use std::time::{Duration, SystemTime};
 use http::{Method, StatusCode};
 
 use crate::headers::STREAM_PREFIX;
-use histogram::Histogram;
+use runnel_engine::metrics::histogram::Histogram;
 
 /// What a request was, for its labels.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -5,8 +5,8 @@ use std::fmt::Write;
 
 use runnel_engine::{GroupMetrics, NodeMetrics};
 
-use super::histogram::Snapshot;
 use super::{LiveMode, Metrics, Route, CLASSES};
+use runnel_engine::metrics::histogram::Snapshot;
 
 /// The content type of a scrape's answer.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -51,13 +51,75 @@ impl Out {
     }
 }
 
-/// Renders every metric.
-pub fn render(http: &Metrics, engine: &NodeMetrics) -> String {
+/// Renders every metric (access control's when it is on).
+pub fn render(http: &Metrics, engine: &NodeMetrics, auth: Option<&crate::auth::Auth>) -> String {
     let mut out = Out(String::with_capacity(16 << 10));
     render_http(&mut out, http);
+    if let Some(auth) = auth {
+        out.family(
+            "runnel_auth_refusals_total",
+            "counter",
+            "Requests refused by access control: no valid credentials (401), no grant (403), over a rate limit (429).",
+        );
+        let [unauthenticated, forbidden, limited] = auth.refusals();
+        out.sample(
+            "runnel_auth_refusals_total",
+            "reason=\"unauthenticated\"",
+            unauthenticated,
+        );
+        out.sample(
+            "runnel_auth_refusals_total",
+            "reason=\"forbidden\"",
+            forbidden,
+        );
+        out.sample(
+            "runnel_auth_refusals_total",
+            "reason=\"rate_limited\"",
+            limited,
+        );
+    }
     render_engine(&mut out, engine);
+    render_peers(&mut out, engine);
     render_process(&mut out, http);
     out.0
+}
+
+/// Raft RPCs to each peer, and the data directory's disk.
+fn render_peers(out: &mut Out, e: &NodeMetrics) {
+    if !e.peers.is_empty() {
+        out.family(
+            "runnel_peer_rpc_duration_seconds",
+            "histogram",
+            "Round trips of Raft RPCs to each peer (appends, votes, snapshots, probes, read indexes).",
+        );
+        for peer in &e.peers {
+            let labels = format!("peer=\"{}\"", peer.node);
+            out.histogram("runnel_peer_rpc_duration_seconds", &labels, &peer.latency);
+        }
+        out.family(
+            "runnel_peer_rpc_failures_total",
+            "counter",
+            "Raft RPCs to each peer that failed: no connection, no answer in time, or an error.",
+        );
+        for peer in &e.peers {
+            let labels = format!("peer=\"{}\"", peer.node);
+            out.sample("runnel_peer_rpc_failures_total", &labels, peer.failures);
+        }
+    }
+    if let Some(disk) = e.disk {
+        out.one(
+            "runnel_disk_free_bytes",
+            "gauge",
+            "Bytes still usable on the data directory's file system.",
+            disk.free_bytes,
+        );
+        out.one(
+            "runnel_disk_total_bytes",
+            "gauge",
+            "Size of the data directory's file system.",
+            disk.total_bytes,
+        );
+    }
 }
 
 fn render_http(out: &mut Out, m: &Metrics) {
@@ -146,6 +208,12 @@ fn render_http(out: &mut Out, m: &Metrics) {
         "SSE bytes sent.",
         m.sse_bytes.load(Relaxed),
     );
+    out.one(
+        "runnel_connections_stalled_total",
+        "counter",
+        "Connections cut off because the peer accepted no bytes within --write-stall-timeout-ms (slow readers).",
+        crate::listener::stalled_connections(),
+    );
 }
 
 fn render_engine(out: &mut Out, e: &NodeMetrics) {
@@ -189,46 +257,71 @@ fn render_engine(out: &mut Out, e: &NodeMetrics) {
     // One gauge family per figure, one sample per group (`None`: no
     // sample for that group).
     type PerGroup = fn(&GroupMetrics) -> Option<u64>;
-    let families: [(&str, &str, PerGroup); 7] = [
+    let families: [(&str, &str, &str, PerGroup); 10] = [
         (
+            "gauge",
             "runnel_group_leader",
             "The node id this node believes leads the group (0: none known).",
             |g| Some(g.leader.unwrap_or(0)),
         ),
         (
+            "gauge",
             "runnel_group_is_leader",
             "1 where this node leads the group.",
             |g| Some(u64::from(g.is_leader)),
         ),
         (
+            "gauge",
             "runnel_group_term",
             "The group's Raft term as this node knows it.",
             |g| Some(g.term),
         ),
         (
+            "gauge",
             "runnel_group_last_log_index",
             "Last entry in this node's copy of the group's log.",
             |g| Some(g.last_log_index),
         ),
         (
+            "gauge",
             "runnel_group_apply_lag",
             "Entries in this node's log not applied yet.",
             |g| Some(g.last_log_index.saturating_sub(g.applied_index)),
         ),
         (
+            "gauge",
             "runnel_group_max_follower_lag",
             "On the group's leader: entries the furthest-behind follower lacks.",
             |g| g.max_follower_lag,
         ),
         (
+            "gauge",
             "runnel_group_votes",
             "0 while this node holds its vote in the group, catching up after losing its state.",
             |g| Some(u64::from(g.votes)),
         ),
+        (
+            "gauge",
+            "runnel_group_pending_proposals",
+            "Proposals queued on this node for the group, not yet submitted to Raft.",
+            |g| Some(g.pending_proposals),
+        ),
+        (
+            "counter",
+            "runnel_group_proposals_committed_total",
+            "Proposals this node submitted to the group that were committed.",
+            |g| Some(g.proposals_committed),
+        ),
+        (
+            "counter",
+            "runnel_group_proposals_failed_total",
+            "Proposals this node submitted to the group that failed (leadership lost, shutdown, replication failed).",
+            |g| Some(g.proposals_failed),
+        ),
     ];
     if !e.groups.is_empty() {
-        for (name, help, value) in families {
-            out.family(name, "gauge", help);
+        for (kind, name, help, value) in families {
+            out.family(name, kind, help);
             for g in &e.groups {
                 if let Some(v) = value(g) {
                     out.sample(name, &format!("group=\"{}\"", g.group), v);
@@ -287,6 +380,12 @@ fn render_engine(out: &mut Out, e: &NodeMetrics) {
             "counter",
             "Object store calls that failed after their retries.",
             t.store_errors,
+        );
+        out.one(
+            "runnel_object_store_request_seconds_total",
+            "counter",
+            "Time spent in object store calls (divided by the requests: their mean latency).",
+            t.store_call_seconds,
         );
         out.family(
             "runnel_tier_cache_requests_total",

@@ -19,6 +19,7 @@ pub struct Histogram {
 }
 
 /// A histogram's counts as Prometheus renders them.
+#[derive(Debug, Clone, Default)]
 pub struct Snapshot {
     /// (upper bound in seconds, observations at or below it), cumulative.
     pub buckets: Vec<(f64, u64)>,

@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
-# What access control costs the write path, in one script: N streams
-# (500), one writer each, 256-byte appends with durable acknowledgements
-# (`runnel bench multi-stream`), ROUNDS rounds (3) of the setups in
-# rotating order, each run on a fresh data directory.
+# What access control and TLS cost the write path, in one script: N
+# streams (500), one writer each, 256-byte appends with durable
+# acknowledgements (`runnel bench multi-stream`), ROUNDS rounds (3) of the
+# setups in rotating order, each run on a fresh data directory.
 #
-#   open      no auth file: every request allowed
+#   open      plain HTTP, no auth file: every request allowed
 #   tokens    --auth-file with 50 bearer tokens; the writers send one
-#             granted append and create on their prefix
+#             granted append and create on every stream
 #   limited   as tokens, plus per-token and per-address rate limits set
 #             far above the load (every request takes from two buckets)
+#   tls       HTTPS (HTTP/1.1, one TLS connection per writer), no auth file
 #
-#   bench/auth-overhead.sh [BINARY]
+#   bench/security-overhead.sh [BINARY]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -19,7 +20,7 @@ streams=${STREAMS:-500}
 duration=${DURATION:-20}
 rounds=${ROUNDS:-3}
 port=${PORT:-4706}
-setups=(open tokens limited)
+setups=(${SETUPS:-open tokens limited tls})
 work=$(mktemp -d)
 pid=
 cleanup() {
@@ -45,16 +46,23 @@ write_auth() { # FILE LIMITS
 }
 write_auth "$work/tokens.toml" ""
 write_auth "$work/limited.toml" yes
+"$here/../scripts/test-ca.sh" "$work/ca" 1
 
 run() { # SETUP ROUND
-  local dir=$work/$1-$2 auth=()
-  [ "$1" != open ] && auth=(--auth-file "$work/$1.toml")
-  "$bin" serve --listen "127.0.0.1:$port" --data-dir "$dir" --object-store none "${auth[@]}" \
+  local dir=$work/$1-$2 flags=() scheme=http
+  case "$1" in
+    tokens | limited) flags=(--auth-file "$work/$1.toml") ;;
+    tls)
+      flags=(--tls-cert "$work/ca/server.pem" --tls-key "$work/ca/server.key")
+      scheme=https
+      ;;
+  esac
+  "$bin" serve --listen "127.0.0.1:$port" --data-dir "$dir" --object-store none "${flags[@]}" \
     >>"$work/server.log" 2>&1 &
   pid=$!
   wait_port "$port"
-  RUNNEL_TOKEN=$token "$bin" bench multi-stream --target "http://127.0.0.1:$port" \
-    --streams "$streams" --duration-secs "$duration" --quiet --label "$1" \
+  RUNNEL_TOKEN=$token "$bin" bench multi-stream --target "$scheme://127.0.0.1:$port" \
+    --ca "$work/ca/ca.pem" --streams "$streams" --duration-secs "$duration" --quiet --label "$1" \
     --json "$work/$1-$2.json" >/dev/null
   kill "$pid"
   wait "$pid" 2>/dev/null || true
@@ -80,6 +88,6 @@ for setup in setups:
     rate[setup] = sum(rates) / len(rates)
     print(f"{setup}: " + ", ".join(f"{r:,.0f}/s (p99 {p:.2f} ms)" for r, p in zip(rates, p99)))
 line = ", ".join(f"{s} {rate[s]:,.0f}" for s in setups)
-print(f"mean appends/s: {line}; tokens/open {rate['tokens'] / rate['open']:.2f}x, "
-      f"limited/open {rate['limited'] / rate['open']:.2f}x")
+ratios = ", ".join(f"{s}/open {rate[s] / rate['open']:.2f}x" for s in setups if s != "open")
+print(f"mean appends/s: {line}; {ratios}")
 PY

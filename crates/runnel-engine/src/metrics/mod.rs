@@ -1,6 +1,10 @@
 //! The engine's figures for `GET /metrics`: read from counters the log,
-//! the groups and the tierer keep anyway, when a scrape asks, so nothing
-//! is added to the write path.
+//! the groups, the Raft transport and the tierer keep anyway, when a
+//! scrape asks, so nothing but relaxed atomic additions is added to the
+//! write path. [`histogram`] is the latency histogram both this crate and
+//! the HTTP layer keep.
+
+pub mod histogram;
 
 use std::time::Duration;
 
@@ -19,7 +23,49 @@ pub struct NodeMetrics {
     pub streams: u64,
     /// Raft groups (clusters only).
     pub groups: Vec<GroupMetrics>,
+    /// Raft RPCs to each peer (clusters only).
+    pub peers: Vec<PeerMetrics>,
     pub tiering: Option<TierMetrics>,
+    /// Free and total bytes of the data directory's file system.
+    pub disk: Option<DiskSpace>,
+}
+
+/// Space on the data directory's file system.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct DiskSpace {
+    /// Bytes an unprivileged writer may still use.
+    pub free_bytes: u64,
+    pub total_bytes: u64,
+}
+
+impl DiskSpace {
+    /// `statvfs(2)` of the file system holding `path`.
+    pub fn of(path: &std::path::Path) -> Option<DiskSpace> {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+        // SAFETY: statvfs writes only into the struct we pass, and `path`
+        // is a NUL-terminated string that outlives the call.
+        let mut stat: libc::statvfs = unsafe { std::mem::zeroed() };
+        if unsafe { libc::statvfs(path.as_ptr(), &mut stat) } != 0 {
+            return None;
+        }
+        let block = stat.f_frsize as u64;
+        Some(DiskSpace {
+            free_bytes: (stat.f_bavail as u64).saturating_mul(block),
+            total_bytes: (stat.f_blocks as u64).saturating_mul(block),
+        })
+    }
+}
+
+/// Raft RPCs to one peer, as this node made them.
+#[derive(Debug, Clone)]
+pub struct PeerMetrics {
+    pub node: u64,
+    /// Calls that failed: no connection, no answer in time, or an error
+    /// answered.
+    pub failures: u64,
+    /// Round trips of the calls answered, failed or not.
+    pub latency: histogram::Snapshot,
 }
 
 /// One Raft group as this node sees it.
@@ -35,6 +81,13 @@ pub struct GroupMetrics {
     pub max_follower_lag: Option<u64>,
     /// This node votes (false while it catches up after losing its state).
     pub votes: bool,
+    /// Proposals queued on this node, not yet submitted to Raft.
+    pub pending_proposals: u64,
+    /// Proposals this node submitted that were committed and applied.
+    pub proposals_committed: u64,
+    /// Proposals this node submitted that failed (leadership lost, the
+    /// group shut down, replication failed).
+    pub proposals_failed: u64,
 }
 
 /// Tiering to object storage.
@@ -48,6 +101,8 @@ pub struct TierMetrics {
     pub store_gets: u64,
     pub store_puts: u64,
     pub store_errors: u64,
+    /// Time spent in object-store calls.
+    pub store_call_seconds: f64,
     pub cache_hits: u64,
     pub cache_misses: u64,
 }
