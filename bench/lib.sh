@@ -18,3 +18,38 @@ create_wrk_streams() {
     curl -s -o /dev/null -X PUT -H 'content-type: text/plain' "http://127.0.0.1:$1/v1/stream/wrk-$i"
   done
 }
+
+# run_rounds ROUNDS SETUP...: calls `run SETUP ROUND` (the script's own)
+# for every setup in every round. Each round starts with the next setup,
+# so no setup always runs first (or right after another) on a machine
+# that warms up and cools down.
+run_rounds() {
+  local rounds=$1 i round
+  shift
+  local setups=("$@")
+  for round in $(seq "$rounds"); do
+    for i in "${!setups[@]}"; do
+      run "${setups[$(((i + round - 1) % ${#setups[@]}))]}" "$round"
+    done
+  done
+}
+
+# summarize_rounds WORK ROUNDS BASELINE SETUP...: prints each setup's
+# appends/s and p99 per round, from the `runnel bench --json` results
+# WORK/SETUP-ROUND.json, their means, and each mean against BASELINE's.
+summarize_rounds() {
+  python3 - "$@" <<'PY'
+import json, sys
+work, rounds, baseline, setups = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+rate = {}
+for setup in setups:
+    rows = [json.load(open(f"{work}/{setup}-{r}.json")) for r in range(1, rounds + 1)]
+    rates = [row["throughput_per_sec"] for row in rows]
+    p99 = [row["latency"]["p99_ms"] for row in rows]
+    rate[setup] = sum(rates) / len(rates)
+    print(f"{setup}: " + ", ".join(f"{r:,.0f}/s (p99 {p:.2f} ms)" for r, p in zip(rates, p99)))
+line = ", ".join(f"{s} {rate[s]:,.0f}" for s in setups)
+ratios = ", ".join(f"{s}/{baseline} {rate[s] / rate[baseline]:.2f}x" for s in setups if s != baseline)
+print(f"mean appends/s: {line}; {ratios}")
+PY
+}

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # What /metrics costs the write path, in one script: N streams (500), one
 # writer each, 256-byte appends with durable acknowledgements (`runnel
-# bench multi-stream`), ROUNDS rounds (3) alternating the setups, each
-# round on a fresh data directory.
+# bench multi-stream`), ROUNDS rounds (3) of the setups in rotating
+# order, each run on a fresh data directory.
 #
 #   quiet     nobody scrapes
 #   scraped   /metrics scraped every SCRAPE_MS (250 ms: 60 times as often
@@ -60,22 +60,5 @@ run() { # SETUP ROUND
   pid=
 }
 
-for round in $(seq "$rounds"); do
-  for setup in "${setups[@]}"; do
-    run "$setup" "$round"
-  done
-done
-python3 - "$work" "$rounds" "${setups[@]}" <<'PY'
-import json, sys
-work, rounds, setups = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-rate = {}
-for setup in setups:
-    rows = [json.load(open(f"{work}/{setup}-{r}.json")) for r in range(1, rounds + 1)]
-    rates = [row["throughput_per_sec"] for row in rows]
-    p99 = [row["latency"]["p99_ms"] for row in rows]
-    rate[setup] = sum(rates) / len(rates)
-    print(f"{setup}: " + ", ".join(f"{r:,.0f}/s (p99 {p:.2f} ms)" for r, p in zip(rates, p99)))
-line = ", ".join(f"{s} {rate[s]:,.0f}" for s in setups)
-print(f"mean appends/s: {line}; scraped/quiet {rate['scraped'] / rate['quiet']:.2f}x"
-      + (f", quiet/before {rate['quiet'] / rate['before']:.2f}x" if "before" in rate else ""))
-PY
+run_rounds "$rounds" "${setups[@]}"
+summarize_rounds "$work" "$rounds" quiet "${setups[@]}"

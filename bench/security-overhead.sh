@@ -69,25 +69,5 @@ run() { # SETUP ROUND
   pid=
 }
 
-# Each round starts with the next setup, so no setup always runs first
-# (or right after another) on a machine that warms up and cools down.
-for round in $(seq "$rounds"); do
-  for i in "${!setups[@]}"; do
-    setup=${setups[$(((i + round - 1) % ${#setups[@]}))]}
-    run "$setup" "$round"
-  done
-done
-python3 - "$work" "$rounds" "${setups[@]}" <<'PY'
-import json, sys
-work, rounds, setups = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-rate = {}
-for setup in setups:
-    rows = [json.load(open(f"{work}/{setup}-{r}.json")) for r in range(1, rounds + 1)]
-    rates = [row["throughput_per_sec"] for row in rows]
-    p99 = [row["latency"]["p99_ms"] for row in rows]
-    rate[setup] = sum(rates) / len(rates)
-    print(f"{setup}: " + ", ".join(f"{r:,.0f}/s (p99 {p:.2f} ms)" for r, p in zip(rates, p99)))
-line = ", ".join(f"{s} {rate[s]:,.0f}" for s in setups)
-ratios = ", ".join(f"{s}/open {rate[s] / rate['open']:.2f}x" for s in setups if s != "open")
-print(f"mean appends/s: {line}; {ratios}")
-PY
+run_rounds "$rounds" "${setups[@]}"
+summarize_rounds "$work" "$rounds" open "${setups[@]}"

@@ -3,12 +3,14 @@
 # conformance/package-lock.json) against a release build of runnel on
 # durable storage.
 #
-# Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [--tls] [-- SERVE FLAGS...]
+# Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [--tls] [--h2] [-- SERVE FLAGS...]
 #
 # With --tls the suite (its TypeScript client included) speaks HTTPS to a
 # server with throwaway certificates (scripts/test-ca.sh); a cluster then
 # also runs its Raft and forwarding traffic over mutual TLS, each node
-# known by its certificate.
+# known by its certificate. --h2 (implies --tls) has the suite's fetch
+# negotiate HTTP/2, and checks afterwards that the server counted HTTP/2
+# connections.
 #
 # Flags after `--` go to every `runnel serve` (e.g. tiering thresholds).
 # A cluster's nodes share one object store directory when the flags do
@@ -24,11 +26,13 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/target/release/runnel
 cluster=0
 tls=0
+h2=0
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --cluster) cluster=1 ;;
     --tls) tls=1 ;;
+    --h2) tls=1 h2=1 ;;
     --) shift; extra=("$@"); break ;;
     *) bin=$1 ;;
   esac
@@ -132,4 +136,11 @@ else
 fi
 
 cd "$root/conformance"
-CONFORMANCE_TEST_URL="$scheme://localhost:$target" npx vitest run conformance.test.mjs --reporter=dot
+CONFORMANCE_HTTP2=$h2 CONFORMANCE_TEST_URL="$scheme://localhost:$target" \
+  npx vitest run conformance.test.mjs --reporter=dot
+if [ "$h2" = 1 ]; then
+  connections=$(curl -sf "${curl_tls[@]}" "$scheme://localhost:$target/metrics" |
+    sed -n 's/^runnel_connections_total{protocol="h2_tls"} //p')
+  echo "HTTP/2 connections served: $connections"
+  [ "${connections:-0}" -gt 0 ] || { echo "conformance: the suite did not speak HTTP/2" >&2; exit 1; }
+fi

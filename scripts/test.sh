@@ -34,8 +34,8 @@ echo "== conformance suite through a 3-node cluster (tiering every append to a s
 scripts/conformance.sh "$bin" --cluster -- --object-store 'file://{data}/objects' "${tiny_tiers[@]}"
 echo "== conformance suite over HTTPS"
 scripts/conformance.sh "$bin" --tls
-echo "== conformance suite over HTTPS through a 3-node cluster on mutual TLS"
-scripts/conformance.sh "$bin" --cluster --tls
+echo "== conformance suite over HTTPS (HTTP/2) through a 3-node cluster on mutual TLS"
+scripts/conformance.sh "$bin" --cluster --h2
 
 # Power loss: checkpoints, segment rolls, preallocation and tiered-chunk
 # reclaim all happen during the cycles.

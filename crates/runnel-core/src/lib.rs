@@ -4,8 +4,8 @@
 //! ([`command`]), their validation and effects ([`state`]), offsets
 //! ([`offset`]), JSON message framing ([`json`]), read planning
 //! ([`read`]), snapshots, trimming and retention ([`history`]) and the
-//! State Protocol fold the compactor uses ([`state_protocol`]), and tiered
-//! history ([`tier`]). It does
+//! State Protocol fold the compactor uses ([`state_protocol`]), tiered
+//! history ([`tier`]), and subscriptions ([`subscription`]). It does
 //! no IO, reads no clock (time arrives inside each [`command::Entry`]) and
 //! spawns nothing, so every rule can be tested
 //! exhaustively and every replica that applies the same entries reaches
@@ -24,6 +24,7 @@ pub mod read;
 pub mod state;
 pub mod state_protocol;
 pub mod stream;
+pub mod subscription;
 pub mod tier;
 
 pub use codec::CodecError;

@@ -231,6 +231,7 @@ pub async fn serve_with(
         let read_timeout = config.request_read_timeout;
         let peer = auth::PeerAddr(peer.ip());
         let Some(acceptor) = &acceptor else {
+            app.metrics.connection(metrics::Protocol::Http1);
             tokio::spawn(serve_connection(
                 io,
                 peer,
@@ -252,8 +253,10 @@ pub async fn serve_with(
                 Err(_) => return tracing::debug!("TLS handshake timed out"),
             };
             if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                app.metrics.connection(metrics::Protocol::Http2Tls);
                 tls::serve_http2(stream, peer, app, h2, watcher).await;
             } else {
+                app.metrics.connection(metrics::Protocol::Http1Tls);
                 serve_connection(stream, peer, app, builder, watcher, stop, read_timeout).await;
             }
         });

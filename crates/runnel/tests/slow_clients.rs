@@ -8,13 +8,10 @@
 mod common;
 
 use std::path::Path;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::Server;
-use runnel_tls::rustls;
-use runnel_tls::rustls::pki_types::pem::PemObject;
-use runnel_tls::rustls::pki_types::{CertificateDer, ServerName};
+use runnel_tls::rustls::pki_types::ServerName;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
@@ -86,19 +83,6 @@ async fn slow_heads_and_idle_connections_are_cut_off_while_others_are_served() {
     assert!(String::from_utf8(read).unwrap().ends_with("19,"));
 }
 
-fn test_ca() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-ca.sh");
-    let made = std::process::Command::new("bash")
-        .arg(script)
-        .arg(dir.path())
-        .arg("1")
-        .status()
-        .unwrap();
-    assert!(made.success(), "scripts/test-ca.sh ran");
-    dir
-}
-
 /// An HTTP/2 connection over TLS to `addr`.
 async fn h2_connect(
     addr: &str,
@@ -107,17 +91,7 @@ async fn h2_connect(
     h2::client::SendRequest<bytes::Bytes>,
     tokio::task::JoinHandle<Result<(), h2::Error>>,
 ) {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(runnel_tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    config.alpn_protocols = vec![b"h2".to_vec()];
-    let connector = runnel_tls::tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = common::tls_connector(ca, &[b"h2"]);
     let tcp = TcpStream::connect(addr).await.unwrap();
     let tls = connector
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
@@ -130,7 +104,7 @@ async fn h2_connect(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_flood_of_http2_stream_resets_is_cut_off() {
-    let ca = test_ca();
+    let ca = common::test_ca(1);
     let dir = tempfile::tempdir().unwrap();
     let flags = [
         "--tls-cert".to_string(),

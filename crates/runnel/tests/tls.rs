@@ -13,37 +13,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Server;
-use runnel_tls::rustls;
+use common::{https_client, Server};
 use runnel_tls::rustls::pki_types::pem::PemObject;
 use runnel_tls::rustls::pki_types::{CertificateDer, ServerName};
 
-fn test_ca() -> tempfile::TempDir {
-    let dir = tempfile::tempdir().unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-ca.sh");
-    let made = Command::new("bash")
-        .arg(script)
-        .arg(dir.path())
-        .arg("3")
-        .status()
-        .unwrap();
-    assert!(made.success(), "scripts/test-ca.sh ran");
-    dir
-}
-
 fn path(dir: &Path, name: &str) -> String {
     dir.join(name).to_str().unwrap().to_string()
-}
-
-fn client(ca: &Path, http1_only: bool) -> reqwest::Client {
-    let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
-    let builder = reqwest::Client::builder().add_root_certificate(ca);
-    let builder = if http1_only {
-        builder.http1_only()
-    } else {
-        builder
-    };
-    builder.build().unwrap()
 }
 
 /// Reads an SSE body until it holds `wanted`.
@@ -64,7 +39,7 @@ async fn sse_until(response: &mut reqwest::Response, wanted: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn https_with_http1_and_http2() {
-    let ca = test_ca();
+    let ca = common::test_ca(3);
     let dir = tempfile::tempdir().unwrap();
     let flags = [
         "--tls-cert".to_string(),
@@ -77,7 +52,7 @@ async fn https_with_http1_and_http2() {
         (true, reqwest::Version::HTTP_11),
         (false, reqwest::Version::HTTP_2),
     ] {
-        let http = client(&ca.path().join("ca.pem"), http1_only);
+        let http = https_client(&ca.path().join("ca.pem"), http1_only);
         let url = server.stream_url(&format!("s-{version:?}"));
         let r = http
             .put(&url)
@@ -133,16 +108,7 @@ async fn https_with_http1_and_http2() {
 
 /// The leaf certificate the server at `addr` presents now.
 async fn presented_certificate(addr: &str, ca: &Path) -> Vec<u8> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).unwrap() {
-        roots.add(cert.unwrap()).unwrap();
-    }
-    let config = rustls::ClientConfig::builder_with_provider(runnel_tls::provider())
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let connector = runnel_tls::tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = common::tls_connector(ca, &[]);
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let name = ServerName::try_from("localhost").unwrap();
     let tls = connector.connect(name, tcp).await.unwrap();
@@ -160,7 +126,7 @@ fn leaf_of(pem: &Path) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn certificates_reload_on_sighup_under_load() {
-    let ca = test_ca();
+    let ca = common::test_ca(3);
     let ca_pem = ca.path().join("ca.pem");
     let (live_cert, live_key) = (ca.path().join("live.pem"), ca.path().join("live.key"));
     let install = |name: &str| {
@@ -178,7 +144,7 @@ async fn certificates_reload_on_sighup_under_load() {
     let server = Server::start_tls(dir.path(), &flags, &ca_pem).await;
     let addr = server.base.trim_start_matches("https://").to_string();
     let url = server.stream_url("reloaded");
-    let http = client(&ca_pem, false);
+    let http = https_client(&ca_pem, false);
     let r = http
         .put(&url)
         .header("content-type", "text/plain")
@@ -203,7 +169,7 @@ async fn certificates_reload_on_sighup_under_load() {
     let (appended, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
     let mut writers = Vec::new();
     for n in 0..4 {
-        let (http, url) = (client(&ca_pem, n % 2 == 0), url.clone());
+        let (http, url) = (https_client(&ca_pem, n % 2 == 0), url.clone());
         let (stop, appended, failed) = (stop.clone(), appended.clone(), failed.clone());
         writers.push(tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
@@ -298,7 +264,7 @@ fn applied(status: &serde_json::Value) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_on_mutual_tls_refuses_a_peer_with_the_wrong_certificate() {
-    let ca = test_ca();
+    let ca = common::test_ca(3);
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<u16> = (0..3).map(|_| common::reserve_ports(2)).collect();
     let peers = ports
@@ -341,7 +307,7 @@ async fn a_cluster_on_mutual_tls_refuses_a_peer_with_the_wrong_certificate() {
             Node(child)
         })
         .collect();
-    let trusted = client(&ca.path().join("ca.pem"), false);
+    let trusted = https_client(&ca.path().join("ca.pem"), false);
     // Nodes 1 and 2 are a quorum: every group gets a leader among them.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
@@ -393,7 +359,7 @@ async fn a_cluster_on_mutual_tls_refuses_a_peer_with_the_wrong_certificate() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     // Node 3's HTTP port presents its rogue certificate: trust it to look.
-    let rogue_view = client(&ca.path().join("rogue-ca.pem"), false);
+    let rogue_view = https_client(&ca.path().join("rogue-ca.pem"), false);
     let third = status(&rogue_view, ports[2]).await.expect("node 3 answers");
     assert!(
         applied(&third).iter().all(|a| *a == 0),

@@ -159,8 +159,31 @@ pub enum Refusal {
     Memory = 1,
 }
 
+/// How a connection speaks, for `runnel_connections_total`.
+#[derive(Debug, Clone, Copy)]
+pub enum Protocol {
+    Http1 = 0,
+    Http1Tls = 1,
+    Http2Tls = 2,
+}
+
+impl Protocol {
+    pub const ALL: [Protocol; 3] = [Protocol::Http1, Protocol::Http1Tls, Protocol::Http2Tls];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Protocol::Http1 => "http1",
+            Protocol::Http1Tls => "http1_tls",
+            Protocol::Http2Tls => "h2_tls",
+        }
+    }
+}
+
 pub struct Metrics {
     requests: [[AtomicU64; CLASSES.len()]; Route::ALL.len()],
+    /// Connections accepted (and, over TLS, past the handshake), by
+    /// protocol.
+    connections: [AtomicU64; Protocol::ALL.len()],
     durations: [Histogram; Route::ALL.len()],
     /// From an append's body in hand to its acknowledgement (durable, and
     /// in a cluster replicated).
@@ -176,6 +199,7 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics {
             requests: Default::default(),
+            connections: Default::default(),
             durations: Default::default(),
             append_ack: Histogram::default(),
             live_readers: Default::default(),
@@ -192,6 +216,14 @@ impl Metrics {
     pub fn request(&self, route: Route, status: StatusCode, took: Duration) {
         self.requests[route as usize][class(status)].fetch_add(1, Ordering::Relaxed);
         self.durations[route as usize].observe(took);
+    }
+
+    pub fn connection(&self, protocol: Protocol) {
+        self.connections[protocol as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn connections(&self, protocol: Protocol) -> u64 {
+        self.connections[protocol as usize].load(Ordering::Relaxed)
     }
 
     pub fn refused(&self, why: Refusal) {

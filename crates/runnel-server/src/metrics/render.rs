@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use runnel_engine::{GroupMetrics, NodeMetrics};
 
-use super::{LiveMode, Metrics, Route, CLASSES};
+use super::{LiveMode, Metrics, Protocol, Route, CLASSES};
 use runnel_engine::metrics::histogram::Snapshot;
 
 /// The content type of a scrape's answer.
@@ -123,6 +123,18 @@ fn render_peers(out: &mut Out, e: &NodeMetrics) {
 }
 
 fn render_http(out: &mut Out, m: &Metrics) {
+    out.family(
+        "runnel_connections_total",
+        "counter",
+        "Connections accepted (over TLS: past the handshake), by protocol.",
+    );
+    for protocol in Protocol::ALL {
+        out.sample(
+            "runnel_connections_total",
+            &format!("protocol=\"{}\"", protocol.label()),
+            m.connections(protocol),
+        );
+    }
     out.family(
         "runnel_http_requests_total",
         "counter",

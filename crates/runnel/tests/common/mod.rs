@@ -122,14 +122,7 @@ impl Server {
             .expect("runnel binary starts");
         let (scheme, client) = match ca {
             None => ("http", reqwest::Client::new()),
-            Some(ca) => {
-                let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
-                let client = reqwest::Client::builder()
-                    .add_root_certificate(ca)
-                    .build()
-                    .unwrap();
-                ("https", client)
-            }
+            Some(ca) => ("https", https_client(ca, false)),
         };
         let server = Server {
             child,
@@ -278,4 +271,52 @@ pub async fn read_all(client: &reqwest::Client, url: &str) -> Vec<u8> {
         }
         offset = next;
     }
+}
+
+/// Throwaway certificates from `scripts/test-ca.sh` (a CA, a localhost
+/// server certificate, `nodes` node certificates, rogue ones).
+#[allow(dead_code)] // only the TLS tests make certificates
+pub fn test_ca(nodes: u32) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/test-ca.sh");
+    let made = Command::new("bash")
+        .arg(script)
+        .arg(dir.path())
+        .arg(nodes.to_string())
+        .status()
+        .unwrap();
+    assert!(made.success(), "scripts/test-ca.sh ran");
+    dir
+}
+
+/// An HTTPS client trusting the CA in the PEM file `ca` (HTTP/2 through
+/// ALPN unless `http1_only`).
+#[allow(dead_code)] // only the TLS tests speak HTTPS
+pub fn https_client(ca: &Path, http1_only: bool) -> reqwest::Client {
+    let ca = reqwest::Certificate::from_pem(&std::fs::read(ca).unwrap()).unwrap();
+    let builder = reqwest::Client::builder().add_root_certificate(ca);
+    let builder = if http1_only {
+        builder.http1_only()
+    } else {
+        builder
+    };
+    builder.build().unwrap()
+}
+
+/// A rustls client trusting the CA in the PEM file `ca`, offering `alpn`.
+#[allow(dead_code)] // only the TLS tests open TLS themselves
+pub fn tls_connector(ca: &Path, alpn: &[&[u8]]) -> runnel_tls::tokio_rustls::TlsConnector {
+    use runnel_tls::rustls;
+    use runnel_tls::rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).unwrap() {
+        roots.add(cert.unwrap()).unwrap();
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(runnel_tls::provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    runnel_tls::tokio_rustls::TlsConnector::from(std::sync::Arc::new(config))
 }
