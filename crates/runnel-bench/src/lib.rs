@@ -45,7 +45,9 @@ pub enum BenchCommand {
     MultiStream(multi_stream::Args),
     /// One stream, a paced writer, N SSE subscribers.
     FanOut(fan_out::Args),
-    /// N clients fetch a full pre-filled stream each, all at once.
+    /// N clients fetch a full pre-filled stream each, all at once (the
+    /// published benchmark calls it `bootstrap`).
+    #[command(alias = "bootstrap")]
     Replay(replay::Args),
     /// A no-op HTTP server on the same stack: the HTTP ceiling.
     BaselineServer(baseline::Args),
@@ -85,4 +87,51 @@ pub fn run(command: BenchCommand) -> Result<(), BenchError> {
             BenchCommand::Report(_) | BenchCommand::Log(_) => unreachable!("handled above"),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::BenchCommand;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: BenchCommand,
+    }
+
+    fn parse(line: &str) -> BenchCommand {
+        let words = std::iter::once("bench").chain(line.split_whitespace());
+        Cli::try_parse_from(words)
+            .unwrap_or_else(|e| panic!("{line}: {e}"))
+            .command
+    }
+
+    /// The commands the published benchmark prints run unchanged.
+    #[test]
+    fn the_published_benchmark_commands_parse() {
+        match parse("fan-out --subscribers 1000 --writer-rate 50 --duration-secs 30") {
+            BenchCommand::FanOut(args) => {
+                assert_eq!((args.subscribers, args.writer_rate), (1000, 50.0));
+                assert_eq!(args.common.duration_secs, 30.0);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse("multi-stream --streams 500 --duration-secs 30 --payload-bytes 256") {
+            BenchCommand::MultiStream(args) => assert_eq!(args.streams, 500),
+            other => panic!("{other:?}"),
+        }
+        match parse("bootstrap --clients 1000 --pre-events 200 --per-client-stream") {
+            BenchCommand::Replay(args) => {
+                assert_eq!((args.clients, args.pre_events), (1000, 200));
+                assert!(args.per_client_stream);
+            }
+            other => panic!("{other:?}"),
+        }
+        match parse("replay --per-client-stream false") {
+            BenchCommand::Replay(args) => assert!(!args.per_client_stream),
+            other => panic!("{other:?}"),
+        }
+    }
 }

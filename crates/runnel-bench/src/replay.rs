@@ -26,8 +26,15 @@ pub struct Args {
     pub pre_events: usize,
     #[arg(long, default_value_t = 1024)]
     pub event_bytes: usize,
-    /// One stream per client (true) or one shared stream (false).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// One stream per client (true) or one shared stream (false);
+    /// `--per-client-stream` alone means true.
+    #[arg(
+        long,
+        default_value_t = true,
+        num_args = 0..=1,
+        default_missing_value = "true",
+        action = clap::ArgAction::Set
+    )]
     pub per_client_stream: bool,
     /// Events are State Protocol updates over this many keys on JSON
     /// streams (created with `Stream-Compaction: state` where the server
