@@ -85,7 +85,7 @@ fi
 
 wait_healthy() {
   for _ in $(seq 100); do
-    curl -sf "${curl_tls[@]}" "$scheme://localhost:$1/health" >/dev/null && return 0
+    curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$1/health" >/dev/null && return 0
     sleep 0.1
   done
   cat "$data"/*.log >&2
@@ -126,20 +126,20 @@ else
   # Test through node 3 once every group has a leader.
   target=${ports[2]}
   for _ in $(seq 100); do
-    curl -sf "${curl_tls[@]}" "$scheme://localhost:$target/_runnel/status" |
+    curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/_runnel/status" |
       python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if all(g.get("leader") for g in s["groups"]) else 1)' &&
       break
     sleep 0.1
   done
-  curl -sf "${curl_tls[@]}" "$scheme://localhost:$target/_runnel/status" |
+  curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/_runnel/status" |
     python3 -c 'import json,sys; s=json.load(sys.stdin); print("leaders:", [g.get("leader") for g in s["groups"]])'
 fi
 
 cd "$root/conformance"
-CONFORMANCE_HTTP2=$h2 CONFORMANCE_TEST_URL="$scheme://localhost:$target" \
+CONFORMANCE_HTTP2=$h2 CONFORMANCE_TEST_URL="$scheme://127.0.0.1:$target" \
   npx vitest run conformance.test.mjs --reporter=dot
 if [ "$h2" = 1 ]; then
-  connections=$(curl -sf "${curl_tls[@]}" "$scheme://localhost:$target/metrics" |
+  connections=$(curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/metrics" |
     sed -n 's/^runnel_connections_total{protocol="h2_tls"} //p')
   echo "HTTP/2 connections served: $connections"
   [ "${connections:-0}" -gt 0 ] || { echo "conformance: the suite did not speak HTTP/2" >&2; exit 1; }

@@ -125,6 +125,37 @@ impl ResolvesServerCert for ListenerCerts {
     }
 }
 
+/// A client configuration for talking to a Runnel server over HTTPS:
+/// trusting the CA certificates in the PEM file `ca`, or the system's
+/// roots without one.
+pub fn client_config(ca: Option<&Path>) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca {
+        Some(path) => {
+            for cert in pem::certificates(path)? {
+                roots.add(cert).map_err(|e| TlsError::File {
+                    path: path.to_path_buf(),
+                    reason: format!("not a usable CA certificate: {e}"),
+                })?;
+            }
+        }
+        None => {
+            let found = rustls_native_certs::load_native_certs();
+            let (added, _) = roots.add_parsable_certificates(found.certs);
+            if added == 0 {
+                return Err(TlsError::Config(
+                    "no system CA certificates found; name one with --ca".into(),
+                ));
+            }
+        }
+    }
+    let config = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
 /// The HTTP listener's TLS configuration (see the crate docs). `public`
 /// or `cluster` must be given.
 pub fn http_server_config(

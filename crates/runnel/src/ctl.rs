@@ -22,6 +22,10 @@ pub enum CtlCommand {
         /// access control).
         #[arg(long, env = "RUNNEL_TOKEN", hide_env_values = true)]
         token: Option<String>,
+        /// https:// targets: the PEM file of the CA that signed the
+        /// server's certificate [default: the system's CAs].
+        #[arg(long)]
+        ca: Option<std::path::PathBuf>,
     },
 }
 
@@ -31,8 +35,9 @@ pub fn run(command: CtlCommand) -> Result<(), String> {
             target,
             json,
             token,
+            ca,
         } => {
-            let body = http_get(&target, "/_runnel/status", token.as_deref())?;
+            let body = http_get(&target, "/_runnel/status", token.as_deref(), ca.as_deref())?;
             if json {
                 println!("{body}");
                 return Ok(());
@@ -126,17 +131,39 @@ fn render_tiering(tiering: &serde_json::Value) -> String {
     out
 }
 
-/// A plain HTTP/1.1 GET (the status endpoint is small; no client crate).
-fn http_get(base: &str, path: &str, token: Option<&str>) -> Result<String, String> {
-    let authority = base
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{base:?}: only http:// targets are supported"))?
-        .trim_end_matches('/');
-    let mut stream =
+/// A plain HTTP/1.1 GET, inside TLS for `https://` (the status endpoint
+/// is small; no client crate).
+fn http_get(
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+    ca: Option<&std::path::Path>,
+) -> Result<String, String> {
+    let (authority, tls) = match (base.strip_prefix("http://"), base.strip_prefix("https://")) {
+        (Some(rest), _) => (rest, false),
+        (_, Some(rest)) => (rest, true),
+        _ => return Err(format!("{base:?}: targets are http:// or https:// URLs")),
+    };
+    let authority = authority.trim_end_matches('/');
+    let tcp =
         TcpStream::connect(authority).map_err(|e| format!("cannot connect to {authority}: {e}"))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
+    tcp.set_read_timeout(Some(Duration::from_secs(5)))
         .map_err(|e| e.to_string())?;
+    let mut stream: Box<dyn ReadWrite> = if tls {
+        let config = runnel_tls::client_config(ca).map_err(|e| e.to_string())?;
+        let host = authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host)
+            .trim_matches(['[', ']'])
+            .to_string();
+        let name = runnel_tls::rustls::pki_types::ServerName::try_from(host)
+            .map_err(|e| format!("{authority}: {e}"))?;
+        let connection = runnel_tls::rustls::ClientConnection::new(config, name)
+            .map_err(|e| format!("TLS with {authority}: {e}"))?;
+        Box::new(runnel_tls::rustls::StreamOwned::new(connection, tcp))
+    } else {
+        Box::new(tcp)
+    };
     let authorization = token
         .map(|token| format!("Authorization: Bearer {token}\r\n"))
         .unwrap_or_default();
@@ -145,10 +172,14 @@ fn http_get(base: &str, path: &str, token: Option<&str>) -> Result<String, Strin
         "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{authorization}Connection: close\r\n\r\n"
     )
     .map_err(|e| format!("sending to {authority}: {e}"))?;
-    let mut response = String::new();
-    stream
-        .read_to_string(&mut response)
-        .map_err(|e| format!("reading from {authority}: {e}"))?;
+    let mut response = Vec::new();
+    // A TLS peer that closes without close_notify still sent it all.
+    if let Err(e) = stream.read_to_end(&mut response) {
+        if response.is_empty() || e.kind() != std::io::ErrorKind::UnexpectedEof {
+            return Err(format!("reading from {authority}: {e}"));
+        }
+    }
+    let response = String::from_utf8_lossy(&response);
     let (head, body) = response
         .split_once("\r\n\r\n")
         .ok_or_else(|| format!("{authority} sent a malformed response"))?;
@@ -160,6 +191,9 @@ fn http_get(base: &str, path: &str, token: Option<&str>) -> Result<String, Strin
     }
     Ok(body.to_string())
 }
+
+trait ReadWrite: Read + Write {}
+impl<T: Read + Write> ReadWrite for T {}
 
 #[cfg(test)]
 mod tests {

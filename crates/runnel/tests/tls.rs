@@ -94,6 +94,20 @@ async fn https_with_http1_and_http2() {
             format!("onetwo\n{version}")
         );
     }
+    // runnel ctl speaks HTTPS too, and checks the certificate.
+    let ctl = |pem: &str| {
+        Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .args(["ctl", "status", "--target", &server.base, "--ca"])
+            .arg(path(ca.path(), pem))
+            .output()
+            .unwrap()
+    };
+    let trusted = ctl("ca.pem");
+    assert!(trusted.status.success(), "{trusted:?}");
+    assert!(String::from_utf8_lossy(&trusted.stdout).contains("single node"));
+    let refused = ctl("rogue-ca.pem");
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("UnknownIssuer"));
     // Plain HTTP to the HTTPS port gets no HTTP answer.
     let plain = reqwest::Client::new()
         .get(format!(
