@@ -722,37 +722,7 @@ impl NodeEngine for ClusterNode {
         let groups = self
             .groups
             .iter()
-            .map(|g| {
-                // Raft's own metrics, not `status()`: that also digests
-                // the whole state, too much for every scrape.
-                let m = g.raft().metrics().borrow().clone();
-                let last = m.last_log_index.unwrap_or(0);
-                crate::GroupMetrics {
-                    group: g.index(),
-                    leader: m.current_leader,
-                    is_leader: m.current_leader == Some(self.node_id),
-                    term: m.current_term,
-                    last_log_index: last,
-                    applied_index: m.last_applied.map_or(0, |l| l.index),
-                    max_follower_lag: m.replication.as_ref().and_then(|followers| {
-                        followers
-                            .iter()
-                            .filter(|(id, _)| **id != self.node_id)
-                            .map(|(_, matched)| last.saturating_sub(matched.map_or(0, |m| m.index)))
-                            .max()
-                    }),
-                    votes: !self.served.votes.refuses(g.index(), g.raft()),
-                    pending_proposals: g.pending_proposals(),
-                    proposals_committed: g
-                        .proposals()
-                        .committed
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                    proposals_failed: g
-                        .proposals()
-                        .failed
-                        .load(std::sync::atomic::Ordering::Relaxed),
-                }
-            })
+            .map(|g| g.metrics(!self.served.votes.refuses(g.index(), g.raft())))
             .collect();
         crate::NodeMetrics {
             log_bytes: self.log.durable_position(),

@@ -102,14 +102,36 @@ impl RaftGroup {
         &self.raft
     }
 
+    /// The group's figures for `/metrics`, from Raft's own metrics (not
+    /// [`RaftGroup::status`]: that also digests the whole state, too much
+    /// for every scrape). `votes`: whether this node votes in it.
+    pub fn metrics(&self, votes: bool) -> crate::GroupMetrics {
+        let m = self.raft.metrics().borrow().clone();
+        let last = m.last_log_index.unwrap_or(0);
+        crate::GroupMetrics {
+            group: self.index,
+            leader: m.current_leader,
+            is_leader: m.current_leader == Some(self.node_id),
+            term: m.current_term,
+            last_log_index: last,
+            applied_index: m.last_applied.map_or(0, |l| l.index),
+            max_follower_lag: m.replication.as_ref().and_then(|followers| {
+                followers
+                    .iter()
+                    .filter(|(id, _)| **id != self.node_id)
+                    .map(|(_, matched)| last.saturating_sub(matched.map_or(0, |m| m.index)))
+                    .max()
+            }),
+            votes,
+            pending_proposals: self.pending_proposals(),
+            proposals_committed: self.counts.committed.load(Ordering::Relaxed),
+            proposals_failed: self.counts.failed.load(Ordering::Relaxed),
+        }
+    }
+
     /// Proposals queued here, not yet submitted to Raft.
     pub fn pending_proposals(&self) -> u64 {
         (self.proposals.max_capacity() - self.proposals.capacity()) as u64
-    }
-
-    /// What became of the proposals submitted here.
-    pub fn proposals(&self) -> &ProposalCounts {
-        &self.counts
     }
 
     /// Stops submitting batches until the guard drops, once those in
