@@ -93,7 +93,8 @@ wait_healthy() {
   exit 1
 }
 
-common=(--long-poll-timeout-ms 500)
+# Webhook receivers of the subscription tests listen on 127.0.0.1.
+common=(--long-poll-timeout-ms 500 --allow-dev-webhooks)
 for flag in "${extra[@]}"; do
   common+=("${flag//\{data\}/$data}")
 done
@@ -136,7 +137,7 @@ else
 fi
 
 cd "$root/conformance"
-CONFORMANCE_HTTP2=$h2 CONFORMANCE_TEST_URL="$scheme://127.0.0.1:$target" \
+CONFORMANCE_SUBSCRIPTIONS=1 CONFORMANCE_HTTP2=$h2 CONFORMANCE_TEST_URL="$scheme://127.0.0.1:$target" \
   npx vitest run conformance.test.mjs --reporter=dot
 if [ "$h2" = 1 ]; then
   connections=$(curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/metrics" |

@@ -21,9 +21,10 @@ use std::sync::Arc;
 
 /// Version 2 added pins and copies of sources in other groups
 /// ([`crate::fork_copy`]); version 3 tiered chunks, snapshot placements
-/// and the queue of objects to delete ([`crate::tier`]). Versions 1 and 2
+/// and the queue of objects to delete ([`crate::tier`]); version 4 the
+/// subscriptions ([`crate::subscription`], as JSON). Earlier versions
 /// still load.
-const CHECKPOINT_VERSION: u8 = 3;
+const CHECKPOINT_VERSION: u8 = 4;
 
 impl StreamsState {
     /// Encodes the whole state.
@@ -53,6 +54,9 @@ impl StreamsState {
             d.object.write(&mut w);
             w.i64(d.queued_ms);
         }
+        let subscriptions =
+            serde_json::to_string(&self.subscriptions).expect("subscriptions serialize");
+        w.str(&subscriptions);
         *out = w.finish();
     }
 
@@ -100,6 +104,11 @@ impl StreamsState {
                     queued_ms: r.i64()?,
                 });
             }
+        }
+        if version >= 4 {
+            state.subscriptions = serde_json::from_str(&r.string()?)
+                .map_err(|_| CodecError::Invalid("subscriptions"))?;
+            state.subscriptions.rebuild_index();
         }
         r.expect_end()?;
         Ok(state)

@@ -4,6 +4,7 @@
 
 use crate::codec::{CodecError, Reader, Writer};
 use crate::fork_copy::{ForkMaterial, Inherited};
+use crate::subscription::SubCommand;
 use crate::tier::ColdChunk;
 
 /// Internal identity of one incarnation of a stream. Never reused, so a
@@ -150,6 +151,9 @@ pub enum Command {
     ObjectsDeleted {
         up_to: u64,
     },
+    /// A change to the subscriptions (the control group's; see
+    /// [`crate::subscription`]).
+    Subscription(Box<SubCommand>),
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -195,7 +199,8 @@ impl Command {
             Command::Expire { .. }
             | Command::Tier { .. }
             | Command::TierSnapshot { .. }
-            | Command::ObjectsDeleted { .. } => (None, None),
+            | Command::ObjectsDeleted { .. }
+            | Command::Subscription(_) => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -257,6 +262,10 @@ const TAG_CREATE_INHERITED: u8 = 10;
 const TAG_TIER: u8 = 11;
 const TAG_TIER_SNAPSHOT: u8 = 12;
 const TAG_OBJECTS_DELETED: u8 = 13;
+/// A subscription command, as JSON: the control group's entries are few
+/// (one per wake or ack, not per append), and JSON keeps their many
+/// shapes in one place.
+const TAG_SUBSCRIPTION: u8 = 14;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -391,6 +400,11 @@ impl Entry {
             Command::ObjectsDeleted { up_to } => {
                 w.u8(TAG_OBJECTS_DELETED);
                 w.u64(*up_to);
+            }
+            Command::Subscription(command) => {
+                w.u8(TAG_SUBSCRIPTION);
+                let json = serde_json::to_string(command).expect("subscription commands serialize");
+                w.str(&json);
             }
         }
         w.raw(data);
@@ -540,6 +554,10 @@ impl Entry {
                 object: ColdChunk::read(&mut r)?,
             },
             TAG_OBJECTS_DELETED => Command::ObjectsDeleted { up_to: r.u64()? },
+            TAG_SUBSCRIPTION => Command::Subscription(
+                serde_json::from_str(&r.string()?)
+                    .map_err(|_| CodecError::Invalid("subscription command"))?,
+            ),
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {
@@ -657,6 +675,17 @@ mod tests {
             Entry {
                 now_ms: 12,
                 command: Command::ObjectsDeleted { up_to: 41 },
+            },
+            Entry {
+                now_ms: 13,
+                command: Command::Subscription(Box::new(SubCommand::Ack {
+                    id: "sub-1".into(),
+                    generation: 3,
+                    wake_id: "w_1".into(),
+                    acks: vec![("events/a".into(), 42)],
+                    done: true,
+                    lease_until_ms: 99,
+                })),
             },
         ]
     }

@@ -60,4 +60,7 @@ pub enum CoreError {
     /// not referenced.
     #[error("tiering refused: {reason}")]
     TierRefused { reason: String },
+    /// A subscription command refused by the protocol's rules.
+    #[error(transparent)]
+    Subscription(#[from] crate::subscription::SubError),
 }

@@ -14,6 +14,7 @@ use crate::error::CoreError;
 use crate::fork_copy::RemotePin;
 use crate::offset::{Offset, MAX_POSITION};
 use crate::stream::{same_media_type, Chunk, ContentKind, ProducerState, StreamState};
+use crate::subscription::{SubOutcome, Subscriptions};
 use crate::tier::{ColdChunk, DoomedQueue, Fence};
 
 /// What a successful command did, with what the response needs.
@@ -66,6 +67,7 @@ pub enum Applied {
     ObjectsDeleted {
         count: usize,
     },
+    Subscription(SubOutcome),
 }
 
 /// A stream's metadata as responses report it.
@@ -159,6 +161,9 @@ pub struct StreamsState {
     /// Streams whose tail, closure or existence changed since the last
     /// [`StreamsState::take_changed`]: the engine wakes their readers.
     pub(crate) changed: Vec<StreamId>,
+    /// Names of streams removed for good since the last
+    /// [`StreamsState::take_changed_names`] (their ids no longer resolve).
+    pub(crate) removed: Vec<Arc<str>>,
     /// Pins on other groups' streams released while applying the current
     /// entry (see [`crate::fork_copy`]).
     pub(crate) released: Vec<RemotePin>,
@@ -169,6 +174,8 @@ pub struct StreamsState {
     pub(crate) doomed: DoomedQueue,
     /// The time of the entry being applied.
     pub(crate) now_ms: i64,
+    /// The subscriptions, in the control group (empty in the others).
+    pub(crate) subscriptions: Subscriptions,
 }
 
 impl StreamsState {
@@ -239,12 +246,39 @@ impl StreamsState {
                 self.tier_snapshot(*stream, (*offset, *server_made, *from_loc), fence, object)
             }
             Command::ObjectsDeleted { up_to } => Ok(self.objects_deleted(*up_to)),
+            Command::Subscription(command) => self
+                .subscriptions
+                .apply((**command).clone())
+                .map(Applied::Subscription)
+                .map_err(CoreError::Subscription),
         }
+    }
+
+    pub fn subscriptions(&self) -> &Subscriptions {
+        &self.subscriptions
     }
 
     /// Streams changed since the last call.
     pub fn take_changed(&mut self) -> Vec<StreamId> {
         std::mem::take(&mut self.changed)
+    }
+
+    /// The names of the streams changed since the last call, and of those
+    /// removed for good: what subscriptions watch. Call before
+    /// [`StreamsState::take_changed`], which drops the changed ids.
+    pub fn take_changed_names(&mut self) -> Vec<Arc<str>> {
+        let mut names: Vec<Arc<str>> = std::mem::take(&mut self.removed);
+        names.extend(
+            self.changed
+                .iter()
+                .filter_map(|id| self.streams.get(id).map(|s| Arc::clone(&s.name))),
+        );
+        names
+    }
+
+    /// Forgets the names of removed streams (nobody watches them).
+    pub fn clear_removed(&mut self) {
+        self.removed.clear();
     }
 
     /// Marks streams as changed (their readers are woken).
@@ -276,6 +310,15 @@ impl StreamsState {
         shared
     }
 
+    /// Every live stream (not deleted, not expired at `now_ms`) with its
+    /// tail position.
+    pub fn live_tails(&self, now_ms: i64) -> impl Iterator<Item = (&str, u64)> {
+        self.streams
+            .values()
+            .filter(move |s| !s.soft_deleted && !s.is_expired(now_ms))
+            .map(|s| (&*s.name, s.tail))
+    }
+
     pub fn stream_count(&self) -> usize {
         self.streams.len()
     }
@@ -283,7 +326,7 @@ impl StreamsState {
     /// A fingerprint of what readers can observe, the same on every
     /// replica that applied the same entries (wherever each stored the
     /// bytes): FNV-1a over each stream's id, name, tail, earliest offset,
-    /// closure and deletion, in id order.
+    /// closure and deletion, in id order, then the subscriptions.
     pub fn digest(&self) -> u64 {
         let mut ids: Vec<&StreamId> = self.streams.keys().collect();
         ids.sort_unstable();
@@ -305,6 +348,10 @@ impl StreamsState {
                 feed(&c.end.to_le_bytes());
                 feed(&c.nonce.to_le_bytes());
             }
+        }
+        if self.subscriptions.has_state() {
+            let json = serde_json::to_vec(&self.subscriptions).expect("subscriptions serialize");
+            feed(&json);
         }
         hash
     }
@@ -490,6 +537,7 @@ impl StreamsState {
                 self.doom_snapshot(id, snap.offset, &snap.placement);
             }
             self.changed.push(id);
+            self.removed.push(Arc::clone(&s.name));
             self.released.extend(extras.remote_source);
             if let Some(base) = extras.base {
                 let source = self

@@ -15,9 +15,11 @@
 //! State Protocol compaction in the background; [`metrics`] gathers the
 //! figures `/metrics` shows.
 
+pub mod activity;
 mod checkpoint;
 mod clock;
 pub mod cluster;
+pub mod control;
 pub(crate) mod copy_forward;
 pub mod history;
 pub mod local;
@@ -32,6 +34,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
+use runnel_core::subscription::{SubCommand, SubOutcome, Subscriptions};
 use runnel_core::{
     Applied, BootstrapPlan, Command, CoreError, Entry, ForkMaterial, ReadFrom, ReadPlan, RemotePin,
     SnapshotRef, StreamId, StreamInfo,
@@ -159,6 +162,46 @@ pub trait NodeEngine: Send + Sync + 'static {
     /// Pins on other groups' streams that expiries on this node released,
     /// for the server to send there as unpins.
     fn take_released_pins(&self) -> Vec<RemotePin>;
+
+    /// The control group and the activity feed (subscriptions).
+    fn control(&self) -> &control::Control;
+
+    /// Proposes a subscription command to the control group (which only
+    /// its leader may do: see [`NodeEngine::control_route`]).
+    fn propose_control(
+        &self,
+        command: SubCommand,
+    ) -> BoxFuture<'_, Result<SubOutcome, EngineError>> {
+        Box::pin(self.control().propose(command))
+    }
+
+    /// Runs `f` over the subscriptions this node applied.
+    fn with_subscriptions(&self, f: &mut dyn FnMut(&Subscriptions)) {
+        self.control().with_subscriptions(f)
+    }
+
+    /// Which node serves subscription requests: the control group's
+    /// leader.
+    fn control_route(&self) -> Route {
+        Route::Local
+    }
+
+    /// While this node leads the control group, the term it leads in (0
+    /// on a single node): a new term means a new leader took over.
+    fn control_term(&self) -> Option<u64> {
+        Some(0)
+    }
+
+    /// Live streams whose names `keep` accepts, with their tails, from
+    /// this node's applied state.
+    fn streams_where(&self, keep: &dyn Fn(&str) -> bool) -> Vec<(String, u64)> {
+        self.control().streams_where(keep)
+    }
+
+    /// The feed of streams that changed on this node.
+    fn activity(&self) -> &std::sync::Arc<activity::Activity> {
+        self.control().activity()
+    }
 }
 
 /// A read's plan and its bytes as stored (JSON streams: `m1,m2,`).

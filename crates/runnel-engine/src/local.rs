@@ -12,12 +12,11 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use runnel_core::{Applied, Command, Entry, StreamsState};
-use runnel_log::{Log, LogError};
+use runnel_core::{Applied, Command, Entry};
+use runnel_log::LogError;
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::checkpoint::FileWriter;
-use crate::tier::GroupTier;
 use crate::view::{delegate_reads_to_view, GroupView};
 use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
 
@@ -72,20 +71,18 @@ pub(crate) struct GroupCheckpoint {
 }
 
 impl LocalGroup {
-    /// Starts the group's commit task over recovered `state`.
+    /// Starts the group's commit task over `view` (its recovered state).
     pub(crate) fn start(
         index: u32,
-        state: StreamsState,
+        view: GroupView,
         applied_end: u64,
-        log: Arc<Log>,
         durable: watch::Receiver<DurableState>,
         limits: GroupLimits,
-        tier: Option<GroupTier>,
     ) -> Arc<LocalGroup> {
         let (tx, rx) = mpsc::channel(limits.max_pending_proposals.max(1));
         let group = Arc::new(LocalGroup {
             index,
-            view: GroupView::new(state, log, tier),
+            view,
             proposals: tx,
             inflight_bytes: Arc::new(AtomicU64::new(0)),
             applied_end: Arc::new(AtomicU64::new(applied_end)),

@@ -20,10 +20,13 @@ use runnel_core::{Applied, Command, Entry, ReadFrom, StreamInfo, StreamsState};
 use runnel_log::{Log, LogError, LogOptions, SyncMode};
 use tokio::sync::watch;
 
+use crate::activity::Activity;
 use crate::checkpoint;
+use crate::control::Control;
 use crate::history::{self, CompactionPolicy};
 use crate::local::{DurableState, GroupLimits, LocalGroup};
 use crate::tier::{self, GroupTier, Tiering};
+use crate::view::GroupView;
 use crate::{now_ms, BoxFuture, EngineError, GroupEngine, NodeEngine, ReadResult};
 
 pub(crate) const META_FILE: &str = "runnel.meta";
@@ -110,6 +113,7 @@ pub struct Node {
     log: Arc<Log>,
     tiering: Option<Arc<Tiering>>,
     data_dir: PathBuf,
+    control: Control,
     /// Background upkeep and checkpointing, aborted on drop.
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -161,6 +165,7 @@ impl Node {
             max_pending_proposals: config.max_pending_proposals,
             max_inflight_bytes: config.max_inflight_bytes,
         };
+        let activity = Arc::new(Activity::default());
         let groups: Vec<Arc<LocalGroup>> = states
             .into_iter()
             .zip(applied)
@@ -168,18 +173,12 @@ impl Node {
             .map(|(i, (mut state, applied_end))| {
                 state.renew_all_ttls(now);
                 state.take_changed();
-                LocalGroup::start(
-                    i as u32,
-                    state,
-                    applied_end,
-                    Arc::clone(&log),
-                    durable_rx.clone(),
-                    limits,
-                    tiering.as_ref().map(|t| GroupTier {
-                        tiering: Arc::clone(t),
-                        group: i as u32,
-                    }),
-                )
+                let tier = tiering.as_ref().map(|t| GroupTier {
+                    tiering: Arc::clone(t),
+                    group: i as u32,
+                });
+                let view = GroupView::new(state, Arc::clone(&log), tier, Arc::clone(&activity));
+                LocalGroup::start(i as u32, view, applied_end, durable_rx.clone(), limits)
             })
             .collect();
         tracing::info!(
@@ -216,6 +215,7 @@ impl Node {
             )));
         }
         Ok(Arc::new(Node {
+            control: Control::new(&groups, activity),
             groups,
             log,
             tiering,
@@ -362,6 +362,10 @@ impl NodeEngine for Node {
 
     fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
         crate::take_released_pins(&self.groups)
+    }
+
+    fn control(&self) -> &Control {
+        &self.control
     }
 }
 

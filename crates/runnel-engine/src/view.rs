@@ -13,6 +13,7 @@ use runnel_core::{
 use runnel_log::Log;
 use tokio::sync::watch;
 
+use crate::activity::Activity;
 use crate::tail::TailNotifier;
 use crate::tier::{reader, GroupTier};
 use crate::{now_ms, Bootstrap, EngineError, ReadResult};
@@ -28,16 +29,24 @@ pub(crate) struct GroupView {
     pub released: Arc<Mutex<Vec<RemotePin>>>,
     /// The node's tiering, if it tiers: where tiered bytes are read from.
     pub tier: Option<GroupTier>,
+    /// The node's feed of changed streams (for subscriptions).
+    pub activity: Arc<Activity>,
 }
 
 impl GroupView {
-    pub fn new(state: StreamsState, log: Arc<Log>, tier: Option<GroupTier>) -> GroupView {
+    pub fn new(
+        state: StreamsState,
+        log: Arc<Log>,
+        tier: Option<GroupTier>,
+        activity: Arc<Activity>,
+    ) -> GroupView {
         GroupView {
             state: Arc::new(RwLock::new(state)),
             log,
             tails: Arc::new(TailNotifier::default()),
             released: Arc::default(),
             tier,
+            activity,
         }
     }
 
@@ -52,6 +61,14 @@ impl GroupView {
         let (result, changed) = {
             let mut state = self.state.write().expect("state lock");
             let result = f(&mut state);
+            if self.activity.watching() {
+                let names = state.take_changed_names();
+                if !names.is_empty() {
+                    self.activity.record(names);
+                }
+            } else {
+                state.clear_removed();
+            }
             (result, state.take_changed())
         };
         self.tails.notify(&changed);

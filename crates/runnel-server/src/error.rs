@@ -3,6 +3,7 @@
 
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode};
+use runnel_core::subscription::SubError;
 use runnel_core::CoreError;
 use runnel_engine::EngineError;
 
@@ -40,6 +41,8 @@ pub enum ApiError {
         limit: u64,
     },
     Engine(EngineError),
+    /// A subscription request refused: the protocol's JSON error body.
+    Subscription(SubError),
 }
 
 impl ApiError {
@@ -65,6 +68,12 @@ impl From<crate::auth::Refusal> for ApiError {
     }
 }
 
+impl From<SubError> for ApiError {
+    fn from(e: SubError) -> Self {
+        ApiError::Subscription(e)
+    }
+}
+
 impl From<CoreError> for ApiError {
     fn from(e: CoreError) -> Self {
         ApiError::Engine(EngineError::Core(e))
@@ -75,6 +84,10 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut headers = HeaderMap::new();
         let (status, reason) = match self {
+            ApiError::Subscription(e)
+            | ApiError::Engine(EngineError::Core(CoreError::Subscription(e))) => {
+                return subscription_error(&e)
+            }
             ApiError::BadRequest(reason) => (StatusCode::BAD_REQUEST, reason),
             ApiError::BodyStalled(after) => {
                 headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
@@ -149,6 +162,33 @@ impl IntoResponse for ApiError {
         );
         response
     }
+}
+
+/// `{"error": {"code", "message"}}` with the status the code calls for;
+/// a lost claim race names the holder.
+fn subscription_error(e: &SubError) -> Response {
+    let status = match e {
+        SubError::Invalid(_) | SubError::UrlRejected(_) => StatusCode::BAD_REQUEST,
+        SubError::NotFound(_) => StatusCode::NOT_FOUND,
+        SubError::TokenInvalid(_) | SubError::TokenExpired => StatusCode::UNAUTHORIZED,
+        SubError::ConfigMismatch
+        | SubError::Fenced
+        | SubError::AlreadyClaimed { .. }
+        | SubError::NoPendingWork
+        | SubError::InvalidOffset(_) => StatusCode::CONFLICT,
+    };
+    let mut error = serde_json::json!({ "code": e.code(), "message": e.to_string() });
+    if let SubError::AlreadyClaimed { holder, generation } = e {
+        error["current_holder"] = holder.as_str().into();
+        error["generation"] = (*generation).into();
+    }
+    let body = serde_json::json!({ "error": error }).to_string();
+    let mut response = (status, body).into_response();
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String) {
@@ -230,6 +270,8 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         CoreError::SubOffsetInTieredHistory | CoreError::TierRefused { .. } => {
             StatusCode::INTERNAL_SERVER_ERROR
         }
+        // Answered as JSON before this (see `subscription_error`).
+        CoreError::Subscription(_) => StatusCode::CONFLICT,
     }
 }
 

@@ -4,8 +4,9 @@
 //! answers: status codes and headers ([`error`], [`headers`]), catch-up and
 //! long-poll reads and SSE ([`handlers`]), cursors ([`cursor`]), the
 //! entry point that routes requests and adds the headers every response
-//! carries ([`routes`]), what `/metrics` counts ([`metrics`]), and who
-//! may do what ([`auth`]). It holds no stream state of its own.
+//! carries ([`routes`]), what `/metrics` counts ([`metrics`]), who
+//! may do what ([`auth`]), and the subscription APIs with their webhook
+//! and pull-wake delivery ([`subscriptions`]). It holds no stream state of its own.
 
 pub mod auth;
 pub mod connection;
@@ -19,6 +20,7 @@ pub mod listener;
 pub mod memory;
 pub mod metrics;
 pub mod routes;
+pub mod subscriptions;
 mod tls;
 
 use std::sync::Arc;
@@ -61,6 +63,17 @@ pub struct ServerConfig {
     /// Resident memory of the process above which new SSE and long-poll
     /// readers get 503 + Retry-After (none: no limit).
     pub max_memory_bytes: Option<u64>,
+    /// The server's URL as clients reach it (`https://streams.example`):
+    /// subscription responses and webhook bodies name URLs under it. Without
+    /// one, the URL a request came in on is used.
+    pub public_url: Option<String>,
+    /// Whether clients reach this node over HTTPS (the scheme of URLs made
+    /// from a request's Host).
+    pub https: bool,
+    /// Where webhooks may be sent besides public `https://` hosts.
+    pub webhook_policy: runnel_core::subscription::UrlPolicy,
+    /// How long one webhook delivery may take before it counts as failed.
+    pub webhook_timeout: Duration,
 }
 
 impl Default for ServerConfig {
@@ -79,6 +92,10 @@ impl Default for ServerConfig {
             max_connections: 50_000,
             max_live_readers: 40_000,
             max_memory_bytes: None,
+            public_url: None,
+            https: false,
+            webhook_policy: Default::default(),
+            webhook_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -124,6 +141,8 @@ pub struct App {
     pub metrics: Arc<metrics::Metrics>,
     /// Access control, when the server runs with an auth file.
     pub auth: Option<Arc<auth::Auth>>,
+    /// Subscriptions: signing keys in use and webhook delivery.
+    pub subscriptions: subscriptions::Service,
 }
 
 /// The application over `node`: what [`serve`] answers requests with.
@@ -157,10 +176,12 @@ pub fn app_with(node: Arc<dyn NodeEngine>, config: ServerConfig, options: AppOpt
         memory: memory::MemoryGuard::start(config.max_memory_bytes),
         metrics: Arc::default(),
         auth,
+        subscriptions: subscriptions::Service::new(&config.webhook_policy, config.webhook_timeout),
         config: Arc::new(config),
     }));
     if let Ok(runtime) = tokio::runtime::Handle::try_current() {
         runtime.spawn(handlers::release_expired_pins(state.downgrade()));
+        runtime.spawn(subscriptions::deliver(state.downgrade()));
     }
     state
 }

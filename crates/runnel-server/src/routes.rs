@@ -18,7 +18,7 @@ use http::{HeaderName, HeaderValue, Method, Request, StatusCode, Version};
 
 use crate::error::ApiError;
 use crate::headers::{names, STREAM_PREFIX};
-use crate::{handlers, metrics, AppState};
+use crate::{handlers, metrics, subscriptions, AppState};
 
 const CROSS_ORIGIN_RESOURCE_POLICY: HeaderName =
     HeaderName::from_static("cross-origin-resource-policy");
@@ -53,11 +53,24 @@ pub async fn respond(app: AppState, request: Request<Body>) -> Response {
 
 async fn route(app: AppState, request: Request<Body>) -> Response {
     let path = request.uri().path();
-    if path
-        .strip_prefix(STREAM_PREFIX)
-        .is_some_and(|name| !name.is_empty())
-    {
+    if let Some(name) = path.strip_prefix(STREAM_PREFIX).filter(|n| !n.is_empty()) {
+        // The reserved namespace comes before streams (an encoded
+        // `__ds` is the same name).
+        let reserved = subscriptions::is_reserved(name)
+            || (name.contains('%')
+                && crate::headers::percent_decode(name)
+                    .is_ok_and(|n| subscriptions::is_reserved(&n)));
+        if reserved
+            && !request
+                .headers()
+                .contains_key(subscriptions::INTERNAL_APPEND)
+        {
+            return subscriptions::handle(app, request).await;
+        }
         return handlers::stream(app, request).await;
+    }
+    if path == subscriptions::ROTATE_KEY_PATH {
+        return subscriptions::rotate_key(app, request).await;
     }
     if path == handlers::read_token::PATH {
         return handlers::read_token::mint(&app, &request)

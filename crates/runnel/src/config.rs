@@ -187,6 +187,24 @@ pub struct ServeArgs {
     /// [default: off, every request allowed].
     #[arg(long)]
     pub auth_file: Option<PathBuf>,
+    /// The server's URL as clients reach it (`https://streams.example`):
+    /// subscription answers and webhook bodies carry URLs under it
+    /// [default: the URL each request came in on].
+    #[arg(long)]
+    pub public_url: Option<String>,
+    /// Allow webhooks to `http://localhost` and `http://127.0.0.x`, for
+    /// development [default: public `https://` targets only].
+    #[arg(long)]
+    #[serde(default)]
+    pub allow_dev_webhooks: bool,
+    /// How long a webhook receiver may take to answer before the delivery
+    /// counts as failed and is retried [default: 10000].
+    #[arg(long)]
+    pub webhook_timeout_ms: Option<u64>,
+    /// A host webhooks may reach whatever its address (repeatable).
+    #[arg(long = "webhook-allow-host")]
+    #[serde(default)]
+    pub webhook_allow_hosts: Vec<String>,
     /// Start an empty data directory from the newest checkpoint backed up
     /// in the object store (single node). Without it, an empty data
     /// directory is restored on its own when the store holds a backup.
@@ -506,6 +524,22 @@ impl ServeArgs {
                 ))
             }
             _ => return Err("--cluster-ca, --cluster-cert and --cluster-key go together".into()),
+        };
+        server.public_url = self.public_url.or(file.public_url);
+        if let Some(url) = &server.public_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "--public-url {url:?} must start with http:// or https://"
+                ));
+            }
+        }
+        server.https = tls.is_some();
+        if let Some(ms) = pick!(webhook_timeout_ms) {
+            server.webhook_timeout = Duration::from_millis(ms.max(1));
+        }
+        server.webhook_policy = runnel_server::subscriptions::UrlPolicy {
+            allow_loopback_http: self.allow_dev_webhooks || file.allow_dev_webhooks,
+            allowed_hosts: [self.webhook_allow_hosts, file.webhook_allow_hosts].concat(),
         };
         Ok(Settings {
             listen,

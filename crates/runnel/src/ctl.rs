@@ -1,6 +1,7 @@
 //! `runnel ctl`: operator commands. `status` prints what a node's
 //! `/_runnel/status` reports: the nodes, and per group its leader, term,
 //! log and applied indexes and each follower's replication lag.
+//! `rotate-webhook-key` replaces the key that signs webhooks.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -27,6 +28,23 @@ pub enum CtlCommand {
         #[arg(long)]
         ca: Option<std::path::PathBuf>,
     },
+    /// Replace the key that signs webhooks; the old public key stays in
+    /// `jwks.json` for --keep-secs so receivers verify deliveries already
+    /// sent.
+    RotateWebhookKey {
+        /// Any node's base URL.
+        #[arg(long, default_value = "http://127.0.0.1:4437")]
+        target: String,
+        /// How long the old key stays published.
+        #[arg(long, default_value_t = 3600)]
+        keep_secs: u64,
+        /// Bearer token with `admin` on every stream.
+        #[arg(long, env = "RUNNEL_TOKEN", hide_env_values = true)]
+        token: Option<String>,
+        /// https:// targets: the CA's PEM file [default: the system's CAs].
+        #[arg(long)]
+        ca: Option<std::path::PathBuf>,
+    },
 }
 
 pub fn run(command: CtlCommand) -> Result<(), String> {
@@ -37,7 +55,13 @@ pub fn run(command: CtlCommand) -> Result<(), String> {
             token,
             ca,
         } => {
-            let body = http_get(&target, "/_runnel/status", token.as_deref(), ca.as_deref())?;
+            let body = http_request(
+                "GET",
+                &target,
+                "/_runnel/status",
+                token.as_deref(),
+                ca.as_deref(),
+            )?;
             if json {
                 println!("{body}");
                 return Ok(());
@@ -45,6 +69,17 @@ pub fn run(command: CtlCommand) -> Result<(), String> {
             let status: serde_json::Value = serde_json::from_str(&body)
                 .map_err(|e| format!("{target} answered with something other than JSON: {e}"))?;
             print!("{}", render(&status));
+            Ok(())
+        }
+        CtlCommand::RotateWebhookKey {
+            target,
+            keep_secs,
+            token,
+            ca,
+        } => {
+            let path = format!("/_runnel/rotate-webhook-key?keep_secs={keep_secs}");
+            let body = http_request("POST", &target, &path, token.as_deref(), ca.as_deref())?;
+            println!("{body}");
             Ok(())
         }
     }
@@ -131,9 +166,10 @@ fn render_tiering(tiering: &serde_json::Value) -> String {
     out
 }
 
-/// A plain HTTP/1.1 GET, inside TLS for `https://` (the status endpoint
-/// is small; no client crate).
-fn http_get(
+/// A plain HTTP/1.1 request without a body, inside TLS for `https://`
+/// (the answers are small; no client crate).
+fn http_request(
+    method: &str,
     base: &str,
     path: &str,
     token: Option<&str>,
@@ -169,7 +205,7 @@ fn http_get(
         .unwrap_or_default();
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\n{authorization}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {authority}\r\n{authorization}Content-Length: 0\r\nConnection: close\r\n\r\n"
     )
     .map_err(|e| format!("sending to {authority}: {e}"))?;
     let mut response = Vec::new();

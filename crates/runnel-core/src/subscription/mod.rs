@@ -12,7 +12,7 @@
 pub mod config;
 pub mod glob;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde::{Deserialize, Serialize};
 
@@ -39,6 +39,10 @@ pub enum SubError {
     NoPendingWork,
     #[error("{0}")]
     InvalidOffset(String),
+    #[error("{0}")]
+    TokenInvalid(String),
+    #[error("the token expired")]
+    TokenExpired,
 }
 
 impl SubError {
@@ -56,6 +60,8 @@ impl SubError {
             SubError::AlreadyClaimed { .. } => "ALREADY_CLAIMED",
             SubError::NoPendingWork => "NO_PENDING_WORK",
             SubError::InvalidOffset(_) => "INVALID_OFFSET",
+            SubError::TokenInvalid(_) => "TOKEN_INVALID",
+            SubError::TokenExpired => "TOKEN_EXPIRED",
         }
     }
 }
@@ -78,7 +84,7 @@ pub struct Link {
 impl Link {
     /// Whether a stream at `tail` has work past this cursor.
     pub fn pending_at(&self, tail: u64) -> bool {
-        self.acked.is_none_or(|acked| tail > acked)
+        self.acked.map_or(tail > 0, |acked| tail > acked)
     }
 }
 
@@ -114,6 +120,10 @@ pub struct Subscription {
     pub wake: Option<Wake>,
     pub retry: Option<Retry>,
     pub created_at_ms: u64,
+    /// The server's URL as the creating request named it: webhook bodies
+    /// carry callback URLs under it (unless a public URL is configured).
+    #[serde(default)]
+    pub base_url: String,
 }
 
 impl Subscription {
@@ -187,6 +197,7 @@ pub enum SubCommand {
         config: Config,
         tails: Vec<(String, Option<u64>)>,
         now_ms: u64,
+        base_url: String,
     },
     Delete {
         id: String,
@@ -246,6 +257,15 @@ pub enum SubCommand {
         generation: u64,
         now_ms: u64,
     },
+    /// A new control leader takes over an unclaimed wake in flight: the
+    /// same work under the next generation, so anything answering the
+    /// old one is fenced.
+    Reissue {
+        id: String,
+        generation: u64,
+        wake_id: String,
+        lease_until_ms: Option<u64>,
+    },
     ScheduleRetry {
         id: String,
         generation: u64,
@@ -257,6 +277,15 @@ pub enum SubCommand {
     },
     SetKeys {
         keys: Keys,
+    },
+    /// A new signing key pair; the current one's public key
+    /// (`current_public`, which the proposer derived) stays published
+    /// until `keep_until_ms`. Retired keys past their time are dropped.
+    RotateKeys {
+        signing_pkcs8: Vec<u8>,
+        current_public: Vec<u8>,
+        keep_until_ms: u64,
+        now_ms: u64,
     },
 }
 
@@ -284,6 +313,9 @@ pub struct Subscriptions {
     /// The last generation of each deleted id.
     tombstones: BTreeMap<String, u64>,
     keys: Option<Keys>,
+    /// Which subscriptions link each stream (derived from `subs`).
+    #[serde(skip)]
+    linked_by: BTreeMap<String, BTreeSet<String>>,
 }
 
 impl Subscriptions {
@@ -295,18 +327,111 @@ impl Subscriptions {
         self.subs.values()
     }
 
+    /// No subscriptions (there may be tombstones and keys).
+    pub fn is_empty(&self) -> bool {
+        self.subs.is_empty()
+    }
+
+    /// Whether anything at all was ever committed here.
+    pub fn has_state(&self) -> bool {
+        !(self.subs.is_empty() && self.tombstones.is_empty() && self.keys.is_none())
+    }
+
+    pub fn len(&self) -> usize {
+        self.subs.len()
+    }
+
     pub fn keys(&self) -> Option<&Keys> {
         self.keys.as_ref()
     }
 
+    /// Applies `command`, keeping the index of linked streams in step.
     pub fn apply(&mut self, command: SubCommand) -> Result<SubOutcome, SubError> {
+        let touched = match &command {
+            SubCommand::Put { id, .. }
+            | SubCommand::Delete { id }
+            | SubCommand::AddStreams { id, .. }
+            | SubCommand::RemoveStream { id, .. } => Some((Some(id.clone()), None)),
+            SubCommand::Discover { stream } | SubCommand::StreamDeleted { stream } => {
+                Some((None, Some(stream.clone())))
+            }
+            _ => None,
+        };
+        if let Some((Some(id), _)) = &touched {
+            self.unindex(id);
+        }
+        let outcome = self.apply_unindexed(command);
+        match touched {
+            Some((Some(id), _)) => self.index(&id),
+            Some((None, Some(stream))) => {
+                let linking: BTreeSet<String> = self
+                    .subs
+                    .values()
+                    .filter(|s| s.links.contains_key(&stream))
+                    .map(|s| s.id.clone())
+                    .collect();
+                if linking.is_empty() {
+                    self.linked_by.remove(&stream);
+                } else {
+                    self.linked_by.insert(stream, linking);
+                }
+            }
+            _ => {}
+        }
+        outcome
+    }
+
+    /// The subscriptions linking `stream`.
+    pub fn linking(&self, stream: &str) -> impl Iterator<Item = &Subscription> {
+        self.linked_by
+            .get(stream)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.subs.get(id))
+    }
+
+    /// Rebuilds the index of linked streams (after decoding).
+    pub fn rebuild_index(&mut self) {
+        self.linked_by.clear();
+        let ids: Vec<String> = self.subs.keys().cloned().collect();
+        for id in ids {
+            self.index(&id);
+        }
+    }
+
+    fn index(&mut self, id: &str) {
+        if let Some(sub) = self.subs.get(id) {
+            for stream in sub.links.keys() {
+                self.linked_by
+                    .entry(stream.clone())
+                    .or_default()
+                    .insert(id.to_string());
+            }
+        }
+    }
+
+    fn unindex(&mut self, id: &str) {
+        if let Some(sub) = self.subs.get(id) {
+            for stream in sub.links.keys() {
+                if let Some(ids) = self.linked_by.get_mut(stream) {
+                    ids.remove(id);
+                    if ids.is_empty() {
+                        self.linked_by.remove(stream);
+                    }
+                }
+            }
+        }
+    }
+
+    fn apply_unindexed(&mut self, command: SubCommand) -> Result<SubOutcome, SubError> {
         match command {
             SubCommand::Put {
                 id,
                 config,
                 tails,
                 now_ms,
-            } => self.put(id, config, tails, now_ms),
+                base_url,
+            } => self.put(id, config, tails, now_ms, base_url),
             SubCommand::Delete { id } => {
                 let sub = self
                     .subs
@@ -423,6 +548,7 @@ impl Subscriptions {
                         "only pull-wake subscriptions are claimed",
                     ));
                 }
+                let mut lapsed = false;
                 if let Some(wake) = &sub.wake {
                     let live = wake.lease_until_ms.is_some_and(|until| until > now_ms);
                     match &wake.holder {
@@ -433,9 +559,15 @@ impl Subscriptions {
                             })
                         }
                         // A lapsed claim: its wake is over.
-                        Some(_) => sub.wake = None,
+                        Some(_) => lapsed = true,
                         None => {}
                     }
+                }
+                if (sub.wake.is_none() || lapsed) && new_wake.is_none() {
+                    return Err(SubError::NoPendingWork);
+                }
+                if lapsed {
+                    sub.wake = None;
                 }
                 if sub.wake.is_none() {
                     let (wake_id, snapshot) = new_wake.ok_or(SubError::NoPendingWork)?;
@@ -474,6 +606,22 @@ impl Subscriptions {
                 sub.wake = None;
                 Ok(SubOutcome::Changed)
             }
+            SubCommand::Reissue {
+                id,
+                generation,
+                wake_id,
+                lease_until_ms,
+            } => {
+                let sub = self.sub_mut(&id)?;
+                let snapshot = match &sub.wake {
+                    Some(w) if w.generation == generation && w.holder.is_none() => {
+                        w.snapshot.clone()
+                    }
+                    _ => return Ok(SubOutcome::Unchanged),
+                };
+                let generation = sub.issue_wake(wake_id, snapshot, lease_until_ms);
+                Ok(SubOutcome::Woke { generation })
+            }
             SubCommand::ScheduleRetry {
                 id,
                 generation,
@@ -492,6 +640,21 @@ impl Subscriptions {
                     return Ok(SubOutcome::Unchanged);
                 }
                 sub.retry = None;
+                Ok(SubOutcome::Changed)
+            }
+            SubCommand::RotateKeys {
+                signing_pkcs8,
+                current_public,
+                keep_until_ms,
+                now_ms,
+            } => {
+                let keys = self
+                    .keys
+                    .as_mut()
+                    .ok_or_else(|| SubError::invalid("there are no keys to rotate yet"))?;
+                keys.retired.retain(|(_, until)| *until > now_ms);
+                keys.retired.push((current_public, keep_until_ms));
+                keys.signing_pkcs8 = signing_pkcs8;
                 Ok(SubOutcome::Changed)
             }
             SubCommand::SetKeys { keys } => {
@@ -516,6 +679,7 @@ impl Subscriptions {
         config: Config,
         tails: Vec<(String, Option<u64>)>,
         now_ms: u64,
+        base_url: String,
     ) -> Result<SubOutcome, SubError> {
         if let Some(existing) = self.subs.get(&id) {
             return if existing.config == config {
@@ -555,11 +719,14 @@ impl Subscriptions {
                 wake: None,
                 retry: None,
                 created_at_ms: now_ms,
+                base_url,
             },
         );
         Ok(SubOutcome::Created)
     }
 }
 
+#[cfg(test)]
+mod proptests;
 #[cfg(test)]
 mod tests;

@@ -39,6 +39,7 @@ fn put(
         config,
         tails: tails.iter().map(|(s, t)| (s.to_string(), *t)).collect(),
         now_ms: 1,
+        base_url: "http://127.0.0.1:1".into(),
     })
 }
 
@@ -508,4 +509,145 @@ fn keys_are_set_once() {
         Ok(SubOutcome::Unchanged)
     );
     assert_eq!(subs.keys().unwrap().signing_pkcs8, [1]);
+}
+
+#[test]
+fn rotated_keys_stay_published_until_their_time() {
+    let mut subs = Subscriptions::default();
+    let rotate = |subs: &mut Subscriptions, n: u8, now_ms: u64| {
+        subs.apply(SubCommand::RotateKeys {
+            signing_pkcs8: vec![n],
+            current_public: vec![n - 1],
+            keep_until_ms: now_ms + 100,
+            now_ms,
+        })
+    };
+    assert_eq!(
+        rotate(&mut subs, 2, 0).unwrap_err().code(),
+        "INVALID_REQUEST"
+    );
+    subs.apply(SubCommand::SetKeys {
+        keys: Keys {
+            signing_pkcs8: vec![1],
+            retired: Vec::new(),
+            token_key: vec![7],
+        },
+    })
+    .unwrap();
+    rotate(&mut subs, 2, 0).unwrap();
+    rotate(&mut subs, 3, 50).unwrap();
+    let keys = subs.keys().unwrap();
+    assert_eq!(keys.signing_pkcs8, [3]);
+    assert_eq!(keys.retired, [(vec![1], 100), (vec![2], 150)]);
+    assert_eq!(keys.token_key, [7], "tokens already issued stay valid");
+    // The first retired key's time passed by the next rotation.
+    rotate(&mut subs, 4, 120).unwrap();
+    assert_eq!(
+        subs.keys().unwrap().retired,
+        [(vec![2], 150), (vec![3], 220)]
+    );
+}
+
+#[test]
+fn a_reissued_wake_fences_the_old_generation_but_a_claim_is_kept() {
+    let (mut subs, g1) = one_wake_in_flight();
+    let reissue = |subs: &mut Subscriptions, generation: u64, wake_id: &str| {
+        subs.apply(SubCommand::Reissue {
+            id: "s".into(),
+            generation,
+            wake_id: wake_id.into(),
+            lease_until_ms: Some(9_000),
+        })
+    };
+    assert_eq!(
+        reissue(&mut subs, g1, "w2"),
+        Ok(SubOutcome::Woke { generation: g1 + 1 })
+    );
+    let wake = subs.get("s").unwrap().wake.clone().unwrap();
+    assert_eq!(wake.snapshot, snapshot(&[("events/a", 3)]), "the same work");
+    assert_eq!(
+        ack(&mut subs, g1, "w1", &[("events/a", 3)], true),
+        Err(SubError::Fenced)
+    );
+    // A stale reissue (the generation moved on) changes nothing.
+    assert_eq!(reissue(&mut subs, g1, "w3"), Ok(SubOutcome::Unchanged));
+    ack(&mut subs, g1 + 1, "w2", &[("events/a", 3)], true).unwrap();
+
+    // A claimed pull-wake stays with its worker.
+    let mut subs = Subscriptions::default();
+    put(&mut subs, "s", pull("events/*"), &[("events/a", Some(0))]).unwrap();
+    let claimed = subs
+        .apply(SubCommand::Claim {
+            id: "s".into(),
+            worker: "w-1".into(),
+            new_wake: Some(("w1".into(), snapshot(&[("events/a", 3)]))),
+            now_ms: 0,
+            lease_until_ms: 1_000,
+        })
+        .unwrap();
+    let SubOutcome::Claimed { generation, .. } = claimed else {
+        panic!("{claimed:?}")
+    };
+    assert_eq!(
+        reissue(&mut subs, generation, "w2"),
+        Ok(SubOutcome::Unchanged)
+    );
+}
+
+/// The index of linked streams, kept in step command by command, equals
+/// one rebuilt from scratch (as after a checkpoint is loaded) and answers
+/// what scanning every subscription answers.
+#[test]
+fn the_index_of_linked_streams_follows_every_change() {
+    let mut subs = Subscriptions::default();
+    let check = |subs: &Subscriptions| {
+        let json = serde_json::to_string(subs).unwrap();
+        let mut rebuilt: Subscriptions = serde_json::from_str(&json).unwrap();
+        rebuilt.rebuild_index();
+        assert_eq!(&rebuilt, subs);
+        for stream in ["a/1", "a/2", "b/1", "m"] {
+            let mut indexed: Vec<&str> = subs.linking(stream).map(|s| s.id.as_str()).collect();
+            let mut scanned: Vec<&str> = subs
+                .iter()
+                .filter(|s| s.links.contains_key(stream))
+                .map(|s| s.id.as_str())
+                .collect();
+            indexed.sort_unstable();
+            scanned.sort_unstable();
+            assert_eq!(indexed, scanned, "{stream}");
+        }
+    };
+    put(&mut subs, "s", webhook("a/*"), &[("a/1", Some(3))]).unwrap();
+    put(
+        &mut subs,
+        "t",
+        webhook("**"),
+        &[("a/1", Some(3)), ("b/1", None)],
+    )
+    .unwrap();
+    check(&subs);
+    subs.apply(SubCommand::Discover {
+        stream: "a/2".into(),
+    })
+    .unwrap();
+    subs.apply(SubCommand::AddStreams {
+        id: "s".into(),
+        tails: vec![("m".into(), None)],
+    })
+    .unwrap();
+    check(&subs);
+    subs.apply(SubCommand::RemoveStream {
+        id: "s".into(),
+        stream: "m".into(),
+    })
+    .unwrap();
+    subs.apply(SubCommand::StreamDeleted {
+        stream: "a/1".into(),
+    })
+    .unwrap();
+    check(&subs);
+    subs.apply(SubCommand::Delete { id: "t".into() }).unwrap();
+    check(&subs);
+    assert_eq!(subs.linking("a/2").count(), 1);
+    assert_eq!(subs.linking("b/1").count(), 0);
 }

@@ -17,15 +17,18 @@ pub enum Operation {
     Create,
     Delete,
     Admin,
+    /// Managing subscriptions that watch the streams (`__ds` APIs).
+    Subscribe,
 }
 
 impl Operation {
-    pub const ALL: [Operation; 5] = [
+    pub const ALL: [Operation; 6] = [
         Operation::Read,
         Operation::Append,
         Operation::Create,
         Operation::Delete,
         Operation::Admin,
+        Operation::Subscribe,
     ];
 
     pub fn name(self) -> &'static str {
@@ -35,6 +38,7 @@ impl Operation {
             Operation::Create => "create",
             Operation::Delete => "delete",
             Operation::Admin => "admin",
+            Operation::Subscribe => "subscribe",
         }
     }
 
@@ -77,7 +81,7 @@ impl Grant {
             .map(|name| {
                 Operation::parse(name).ok_or_else(|| {
                     format!(
-                        "unknown operation {name:?} (known: read, append, create, delete, admin)"
+                        "unknown operation {name:?} (known: read, append, create, delete, admin, subscribe)"
                     )
                 })
             })

@@ -66,7 +66,14 @@ pub fn direct(
     let name = match plain.then(|| headers::stream_name(target)) {
         // A `$` may also arrive percent-encoded: the general path decides
         // what such a name means.
-        Some(Ok(name)) if !name.contains('$') && matches!(app.node.route(&name), Route::Local) => {
+        Some(Ok(name))
+            if !name.contains('$')
+                && !crate::subscriptions::is_reserved(&name)
+                && request
+                    .header(crate::subscriptions::INTERNAL_APPEND.as_str())
+                    .is_none()
+                && matches!(app.node.route(&name), Route::Local) =>
+        {
             name
         }
         _ => return Err(request),
@@ -175,6 +182,18 @@ impl Done {
             header(&names::PRODUCER_SEQ, seq.to_string().as_bytes());
         }
     }
+}
+
+/// Appends the JSON message `data` to the stream `name` (which this node
+/// leads), as the server itself: subscriptions' wake events.
+pub(crate) async fn append_json(app: &AppState, name: String, data: Bytes) -> Result<(), ApiError> {
+    let appending = AppendHeaders {
+        content_type: Some("application/json".into()),
+        close: false,
+        producer: None,
+        stream_seq: None,
+    };
+    append(app, name, appending, data).await.map(drop)
 }
 
 /// Appends `data` to the stream `name` (validated and framed per its

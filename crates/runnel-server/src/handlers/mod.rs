@@ -13,6 +13,7 @@ pub mod read_token;
 mod snapshot;
 mod sse;
 
+pub(crate) use append::append_json;
 pub use append::direct as append_directly;
 pub use pin::release_expired_pins;
 pub use sse::RenderCache as SseRenderCache;
@@ -68,18 +69,22 @@ pub async fn stream(app: AppState, request: Request) -> Response {
             response.headers_mut().insert(SERVED_BY, served_by);
             response
         }
-        Route::Forward { node, addr } => {
-            let me = app.node.node_label();
-            let cluster_key = app.auth.as_ref().and_then(|auth| auth.cluster_key());
-            app.forwarder
-                .forward(&me, node, &addr, cluster_key, request)
-                .await
-        }
+        Route::Forward { node, addr } => forward(&app, node, &addr, request).await,
         Route::NoLeader => ApiError::Unavailable(
             "this stream's group has no leader at the moment (election under way); retry".into(),
         )
         .into_response(),
     }
+}
+
+/// Relays `request` to node `node` at `addr` as this node (with the
+/// cluster key when access control is on).
+pub(crate) async fn forward(app: &AppState, node: u64, addr: &str, request: Request) -> Response {
+    let me = app.node.node_label();
+    let cluster_key = app.auth.as_ref().and_then(|auth| auth.cluster_key());
+    app.forwarder
+        .forward(&me, node, addr, cluster_key, request)
+        .await
 }
 
 /// With access control on, whether the caller may do what `request`
@@ -90,6 +95,14 @@ fn check_access(app: &AppState, target: &Target, request: &Request) -> Result<()
         return Ok(());
     };
     let credentials = Credentials::of(request);
+    if request
+        .headers()
+        .contains_key(crate::subscriptions::INTERNAL_APPEND)
+    {
+        // A wake event the control leader appends: nodes only.
+        auth.check(&credentials, Access::Node)?;
+        return Ok(());
+    }
     let method = request.method();
     let operation = match (target, method) {
         (Target::Pin(_), _) if pin::made_here(request) => return Ok(()),

@@ -81,7 +81,7 @@ impl Server {
         env: &[(&str, &str)],
         log: Option<&Path>,
     ) -> Server {
-        Server::launch(data_dir, extra, env, log, None).await
+        Server::launch_on(reserve_ports(1), data_dir, extra, env, log, None).await
     }
 
     /// [`Server::start`] for a server with `--tls-cert` in `extra` whose
@@ -92,17 +92,24 @@ impl Server {
         extra: &[S],
         ca: &Path,
     ) -> Server {
-        Server::launch(data_dir, extra, &[], None, Some(ca)).await
+        Server::launch_on(reserve_ports(1), data_dir, extra, &[], None, Some(ca)).await
     }
 
-    async fn launch<S: AsRef<std::ffi::OsStr>>(
+    /// Starts the server again on its port over `data_dir` (after a kill).
+    #[allow(dead_code)] // not every test binary restarts a server
+    pub async fn restart<S: AsRef<std::ffi::OsStr>>(&mut self, data_dir: &Path, extra: &[S]) {
+        let port: u16 = self.base.rsplit(':').next().unwrap().parse().unwrap();
+        *self = Server::launch_on(port, data_dir, extra, &[], None, None).await;
+    }
+
+    async fn launch_on<S: AsRef<std::ffi::OsStr>>(
+        port: u16,
         data_dir: &Path,
         extra: &[S],
         env: &[(&str, &str)],
         log: Option<&Path>,
         ca: Option<&Path>,
     ) -> Server {
-        let port = reserve_ports(1);
         let stderr = match log {
             Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
             None => Stdio::inherit(),

@@ -23,13 +23,15 @@ use openraft::BasicNode;
 use runnel_core::{Applied, Command, StreamsState};
 use runnel_log::Log;
 
+use crate::activity::Activity;
+use crate::control::{self, Control};
 use crate::history;
 use crate::node::{
     check_meta, group_index, open_log, refuse_collected_log_without_checkpoint, EngineConfig,
     OpenError,
 };
 use crate::raft::collect::Collector;
-use crate::raft::group::{GroupStatus, RaftGroup};
+use crate::raft::group::RaftGroup;
 use crate::raft::journal::{Durability, GroupLog, JournalStore};
 use crate::raft::state_machine::{AppliedPoint, GroupShared, GroupStateMachine, Persisted};
 use crate::raft::transport::{raft_addr, PeerLink, ReadIndex, Served, TcpTransport, Transport};
@@ -39,6 +41,8 @@ use crate::raft::{NodeId, Raft};
 use crate::tier::{self, GroupTier, Tiering};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
+
+mod report;
 
 const FORMAT: u32 = 2;
 /// A group snapshots (and its log before the snapshot can go) after this
@@ -100,6 +104,7 @@ pub struct ClusterNode {
     /// Raft RPC figures per peer, for `/metrics`.
     peer_metrics: Box<dyn Fn() -> Vec<crate::metrics::PeerMetrics> + Send + Sync>,
     data_dir: std::path::PathBuf,
+    control: Control,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -205,6 +210,7 @@ impl ClusterNode {
         .map_err(|e| OpenError::Config {
             reason: e.to_string(),
         })?;
+        let activity = Arc::new(Activity::default());
         let mut members = BTreeMap::new();
         for (id, http) in &config.peers {
             let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
@@ -253,6 +259,7 @@ impl ClusterNode {
                         tiering: Arc::clone(t),
                         group: g as u32,
                     }),
+                    Arc::clone(&activity),
                 ),
                 index: Arc::new(Mutex::new(index)),
                 durability: Arc::clone(&durability),
@@ -351,6 +358,7 @@ impl ClusterNode {
             "cluster member started"
         );
         Ok(Arc::new(ClusterNode {
+            control: Control::new(&groups, activity),
             node_id: config.node_id,
             tiering,
             groups,
@@ -388,6 +396,22 @@ impl ClusterNode {
 
     fn group_for(&self, name: &str) -> &Arc<RaftGroup> {
         &self.groups[group_index(name, self.groups.len())]
+    }
+
+    /// Where requests for `group` are served: here, at its leader, or
+    /// nowhere for now.
+    fn route_to(&self, group: &RaftGroup) -> Route {
+        match group.leader() {
+            Some(leader) if leader == self.node_id => Route::Local,
+            Some(leader) => match self.peers.get(&leader) {
+                Some(addr) => Route::Forward {
+                    node: leader,
+                    addr: addr.clone(),
+                },
+                None => Route::NoLeader,
+            },
+            None => Route::NoLeader,
+        }
     }
 
     async fn propose(&self, command: Command) -> Result<Applied, EngineError> {
@@ -641,17 +665,20 @@ impl NodeEngine for ClusterNode {
     }
 
     fn route(&self, name: &str) -> Route {
-        match self.group_for(name).leader() {
-            Some(leader) if leader == self.node_id => Route::Local,
-            Some(leader) => match self.peers.get(&leader) {
-                Some(addr) => Route::Forward {
-                    node: leader,
-                    addr: addr.clone(),
-                },
-                None => Route::NoLeader,
-            },
-            None => Route::NoLeader,
-        }
+        self.route_to(self.group_for(name))
+    }
+
+    fn control_route(&self) -> Route {
+        self.route_to(&self.groups[control::CONTROL_GROUP])
+    }
+
+    fn control_term(&self) -> Option<u64> {
+        let group = &self.groups[control::CONTROL_GROUP];
+        group.leads().then(|| group.term())
+    }
+
+    fn control(&self) -> &Control {
+        &self.control
     }
 
     fn node_label(&self) -> String {
@@ -716,52 +743,11 @@ impl NodeEngine for ClusterNode {
     }
 
     fn metrics(&self) -> crate::NodeMetrics {
-        if let Some(tiering) = &self.tiering {
-            tier::uploader::count_totals(&self.groups, tiering);
-        }
-        let groups = self
-            .groups
-            .iter()
-            .map(|g| g.metrics(!self.served.votes.refuses(g.index(), g.raft())))
-            .collect();
-        crate::NodeMetrics {
-            log_bytes: self.log.durable_position(),
-            log_failed: self.write_failure().is_some(),
-            syncs: self.log.sync_stats(),
-            streams: self
-                .groups
-                .iter()
-                .map(|g| g.view().with_state(|s| s.stream_count() as u64))
-                .sum(),
-            groups,
-            peers: (self.peer_metrics)(),
-            tiering: self.tiering.as_ref().map(|t| t.metrics()),
-            disk: crate::metrics::DiskSpace::of(&self.data_dir),
-        }
+        self.report_metrics()
     }
 
     fn status(&self) -> serde_json::Value {
-        if let Some(tiering) = &self.tiering {
-            tier::uploader::count_totals(&self.groups, tiering);
-        }
-        let groups: Vec<GroupStatus> = self
-            .groups
-            .iter()
-            .map(|g| {
-                let mut status = g.status();
-                status.votes = !self.served.votes.refuses(g.index(), g.raft());
-                status
-            })
-            .collect();
-        serde_json::json!({
-            "mode": "cluster",
-            "node_id": self.node_id,
-            "nodes": self.peers,
-            "log_position": self.log.durable_position(),
-            "write_failure": self.write_failure(),
-            "tiering": self.tiering.as_ref().map(|t| t.status()),
-            "groups": groups,
-        })
+        self.report_status()
     }
 }
 

@@ -1,0 +1,58 @@
+//! What a cluster node reports of itself: `/metrics` figures and the
+//! status `runnel ctl status` shows.
+
+use super::ClusterNode;
+use crate::raft::group::GroupStatus;
+use crate::tier;
+use crate::{MaintainedGroup, NodeEngine};
+
+impl ClusterNode {
+    pub(super) fn report_metrics(&self) -> crate::NodeMetrics {
+        if let Some(tiering) = &self.tiering {
+            tier::uploader::count_totals(&self.groups, tiering);
+        }
+        let groups = self
+            .groups
+            .iter()
+            .map(|g| g.metrics(!self.served.votes.refuses(g.index(), g.raft())))
+            .collect();
+        crate::NodeMetrics {
+            log_bytes: self.log.durable_position(),
+            log_failed: self.write_failure().is_some(),
+            syncs: self.log.sync_stats(),
+            streams: self
+                .groups
+                .iter()
+                .map(|g| g.view().with_state(|s| s.stream_count() as u64))
+                .sum(),
+            groups,
+            peers: (self.peer_metrics)(),
+            tiering: self.tiering.as_ref().map(|t| t.metrics()),
+            disk: crate::metrics::DiskSpace::of(&self.data_dir),
+        }
+    }
+
+    pub(super) fn report_status(&self) -> serde_json::Value {
+        if let Some(tiering) = &self.tiering {
+            tier::uploader::count_totals(&self.groups, tiering);
+        }
+        let groups: Vec<GroupStatus> = self
+            .groups
+            .iter()
+            .map(|g| {
+                let mut status = g.status();
+                status.votes = !self.served.votes.refuses(g.index(), g.raft());
+                status
+            })
+            .collect();
+        serde_json::json!({
+            "mode": "cluster",
+            "node_id": self.node_id,
+            "nodes": self.peers,
+            "log_position": self.log.durable_position(),
+            "write_failure": self.write_failure(),
+            "tiering": self.tiering.as_ref().map(|t| t.status()),
+            "groups": groups,
+        })
+    }
+}

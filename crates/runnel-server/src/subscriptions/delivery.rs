@@ -1,0 +1,610 @@
+//! Delivery, by the control group's leader alone: it learns which streams
+//! moved from the node's activity feed, links streams that patterns match,
+//! issues wakes when linked streams have work past their cursors, POSTs
+//! signed webhooks (retrying with backoff), appends pull-wake events, and
+//! ends wakes whose lease ran out. Everything it decides is committed to
+//! the control group first, so a new leader continues from the state: on
+//! taking over it re-issues every unclaimed wake in flight under a new
+//! generation (the old leader's POST may never have left, and a late
+//! answer to it is fenced).
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::Request;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::header::CONTENT_TYPE;
+use http::{HeaderName, Method};
+use rand::Rng;
+use runnel_core::subscription::{Delivery, Retry, SubCommand, SubOutcome, Subscription};
+use runnel_core::CoreError;
+use runnel_engine::{now_ms, EngineError, Route};
+use serde_json::json;
+
+use super::handlers::{effective_base, mint_callback_token, signer, subscription, tail_of};
+use super::{is_reserved, render};
+use crate::error::ApiError;
+use crate::headers::STREAM_PREFIX;
+use crate::{App, AppState};
+
+/// Marks the server's own append of a wake event, forwarded to the wake
+/// stream's leader: only cluster nodes may make it.
+pub const INTERNAL_APPEND: HeaderName = HeaderName::from_static("runnel-internal-append");
+
+/// How often the leader re-reads every linked stream's tail, whatever the
+/// activity feed said (a feed entry can be missed around a leader change).
+const RECONCILE_EVERY: Duration = Duration::from_secs(10);
+/// The longest the loop sleeps with nothing to do.
+const IDLE_WAIT: Duration = Duration::from_millis(500);
+/// The shortest gap between two passes while streams keep moving, so a
+/// busy stream costs one pass per gap, not one per append.
+const MIN_PASS_GAP: Duration = Duration::from_millis(5);
+
+/// Subscription commands in flight at once: the control group commits
+/// them together.
+const CONCURRENT_PROPOSALS: usize = 64;
+
+/// The delivery loop of a server; it ends when the server is dropped.
+pub async fn deliver(app: Weak<App>) {
+    let mut led: Option<u64> = None;
+    // The wake generation and attempt each webhook was last sent for.
+    let mut posted: HashMap<String, (u64, u32)> = HashMap::new();
+    // Subscriptions to check for pending work: those linking streams that
+    // moved, and those whose wake just ended.
+    let mut dirty: HashSet<String> = HashSet::new();
+    let mut reconciled = Instant::now();
+    loop {
+        let Some(app) = AppState::upgrade(&app) else {
+            return;
+        };
+        let activity = Arc::clone(app.node.activity());
+        let term = app.node.control_term();
+        let mut reconcile_now = false;
+        if term != led {
+            posted.clear();
+            dirty.clear();
+            app.subscriptions
+                .announced
+                .lock()
+                .expect("announced lock")
+                .clear();
+            if term.is_some() {
+                take_over(&app).await;
+                reconcile_now = true;
+            }
+            led = term;
+        }
+        // The feed records only while there is something to deliver (the
+        // write path then skips it); turned on, it may have missed moves.
+        let mut subscribed = false;
+        app.node
+            .with_subscriptions(&mut |subs| subscribed = !subs.is_empty());
+        let watch = led.is_some() && subscribed;
+        if watch != activity.watching() {
+            activity.watch(watch);
+            reconcile_now |= watch;
+        }
+        if reconcile_now {
+            dirty.extend(reconcile(&app).await);
+            reconciled = Instant::now();
+        }
+        let wait = if led.is_some() {
+            let changed: Vec<String> = activity.take().iter().map(|s| s.to_string()).collect();
+            if !changed.is_empty() {
+                dirty.extend(link_and_unlink(&app, changed).await);
+            }
+            if reconciled.elapsed() >= RECONCILE_EVERY {
+                dirty.extend(reconcile(&app).await);
+                reconciled = Instant::now();
+            }
+            pass(&app, &mut posted, &mut dirty).await
+        } else {
+            IDLE_WAIT
+        };
+        drop(app);
+        tokio::time::sleep(MIN_PASS_GAP).await;
+        let _ = tokio::time::timeout(wait, activity.changed()).await;
+    }
+}
+
+/// A fresh wake id.
+pub fn new_wake_id() -> String {
+    let bytes: [u8; 12] = rand::thread_rng().gen();
+    let hex: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
+    format!("w_{hex}")
+}
+
+/// The tails of `sub`'s linked streams on this node.
+pub fn snapshot(app: &AppState, sub: &Subscription) -> BTreeMap<String, u64> {
+    sub.links
+        .keys()
+        .filter_map(|s| tail_of(app, s).map(|t| (s.clone(), t)))
+        .collect()
+}
+
+/// Issues a wake for `id` if none is in flight, no retry is waiting and a
+/// linked stream has work; answers whether it did.
+pub async fn wake_if_pending(app: &AppState, id: &str) -> Result<bool, ApiError> {
+    let sub = subscription(app, id)?;
+    if sub.wake.is_some() || sub.retry.is_some_and(|r| r.next_at_ms > now_ms() as u64) {
+        return Ok(false);
+    }
+    let snapshot = snapshot(app, &sub);
+    if sub.pending(|s| snapshot.get(s).copied()).is_empty() {
+        return Ok(false);
+    }
+    let lease_until_ms = wake_lease(&sub);
+    let outcome = app
+        .node
+        .propose_control(SubCommand::Wake {
+            id: id.to_string(),
+            wake_id: new_wake_id(),
+            snapshot,
+            lease_until_ms,
+        })
+        .await;
+    match outcome {
+        Ok(SubOutcome::Woke { .. }) => {
+            if let Delivery::PullWake { .. } = sub.config.delivery {
+                announce(app, &subscription(app, id)?).await;
+            }
+            app.node.activity().kick();
+            Ok(true)
+        }
+        Ok(_) => Ok(false),
+        Err(runnel_engine::EngineError::Core(runnel_core::CoreError::Subscription(
+            runnel_core::subscription::SubError::NoPendingWork,
+        ))) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// When a wake issued now ends unless extended: a webhook's lease runs
+/// from the wake, a pull-wake's only from its claim.
+fn wake_lease(sub: &Subscription) -> Option<u64> {
+    match sub.config.delivery {
+        Delivery::Webhook { .. } => Some(now_ms() as u64 + sub.config.lease_ttl_ms),
+        Delivery::PullWake { .. } => None,
+    }
+}
+
+/// A new leader's first act: every unclaimed wake in flight is issued
+/// again under the next generation.
+async fn take_over(app: &AppState) {
+    let mut in_flight = Vec::new();
+    app.node.with_subscriptions(&mut |subs| {
+        in_flight = subs.iter().filter(|s| s.wake.is_some()).cloned().collect();
+    });
+    for sub in in_flight {
+        let Some(wake) = sub.wake.as_ref().filter(|w| w.holder.is_none()) else {
+            continue;
+        };
+        let lease_until_ms = wake_lease(&sub);
+        let reissued = app
+            .node
+            .propose_control(SubCommand::Reissue {
+                id: sub.id.clone(),
+                generation: wake.generation,
+                wake_id: new_wake_id(),
+                lease_until_ms,
+            })
+            .await;
+        if let Err(e) = reissued {
+            tracing::warn!(subscription = %sub.id, error = %e, "could not re-issue a wake");
+        }
+    }
+}
+
+/// Links and unlinks streams the activity feed named: a deleted stream
+/// leaves every subscription, one re-created under its name starts over,
+/// and a stream with data that a pattern matches is linked before its
+/// first byte. Answers the subscriptions that link the streams now.
+async fn link_and_unlink(app: &AppState, changed: Vec<String>) -> HashSet<String> {
+    let tails: Vec<(String, Option<u64>)> = changed
+        .into_iter()
+        .filter(|name| !is_reserved(name))
+        .map(|name| {
+            let tail = tail_of(app, &name);
+            (name, tail)
+        })
+        .collect();
+    // Per stream, in order: a stream's unlink precedes its relink.
+    let mut commands: Vec<Vec<SubCommand>> = Vec::new();
+    let mut linking = HashSet::new();
+    app.node.with_subscriptions(&mut |subs| {
+        if subs.is_empty() {
+            return;
+        }
+        let wake_streams = wake_streams(subs.iter());
+        for (stream, tail) in &tails {
+            if wake_streams.contains(stream.as_str()) {
+                continue;
+            }
+            let past_tail = subs.linking(stream).any(|s| {
+                let acked = s.links.get(stream).and_then(|l| l.acked);
+                tail.is_none_or(|t| acked.is_some_and(|a| a > t))
+            });
+            let mut for_stream = Vec::new();
+            if past_tail {
+                for_stream.push(SubCommand::StreamDeleted {
+                    stream: stream.clone(),
+                });
+            }
+            let unlinked_match = subs.iter().any(|s| {
+                s.config.pattern_matches(stream) && (past_tail || !s.links.contains_key(stream))
+            });
+            if tail.is_some_and(|t| t > 0) && unlinked_match {
+                for_stream.push(SubCommand::Discover {
+                    stream: stream.clone(),
+                });
+            }
+            if !for_stream.is_empty() {
+                commands.push(for_stream);
+            }
+            linking.extend(subs.linking(stream).map(|s| s.id.clone()));
+        }
+    });
+    let linked: Vec<Vec<String>> = futures::stream::iter(commands)
+        .map(|for_stream| async move {
+            let mut linked = Vec::new();
+            for command in for_stream {
+                if let Some(SubOutcome::Linked(ids)) = propose(app, command).await {
+                    linked.extend(ids);
+                }
+            }
+            linked
+        })
+        .buffer_unordered(CONCURRENT_PROPOSALS)
+        .collect()
+        .await;
+    linking.extend(linked.into_iter().flatten());
+    linking
+}
+
+/// The wake streams of pull-wake subscriptions: never linked by a pattern
+/// (a wake event would wake its own subscription again).
+fn wake_streams<'a>(subs: impl Iterator<Item = &'a Subscription>) -> HashSet<&'a str> {
+    subs.filter_map(|s| match &s.config.delivery {
+        Delivery::PullWake { wake_stream } => Some(wake_stream.as_str()),
+        Delivery::Webhook { .. } => None,
+    })
+    .collect()
+}
+
+/// Reads every linked stream, and every stream a pattern matches, as if
+/// the feed had named them all.
+async fn reconcile(app: &AppState) -> HashSet<String> {
+    let mut streams: HashSet<String> = HashSet::new();
+    let mut patterns = Vec::new();
+    app.node.with_subscriptions(&mut |subs| {
+        for sub in subs.iter() {
+            streams.extend(sub.links.keys().cloned());
+            patterns.extend(sub.config.pattern.clone());
+        }
+    });
+    if !patterns.is_empty() {
+        let matching = app
+            .node
+            .streams_where(&|name| patterns.iter().any(|p| p.matches(name)));
+        streams.extend(matching.into_iter().map(|(name, _)| name));
+    }
+    link_and_unlink(app, streams.into_iter().collect()).await
+}
+
+async fn propose(app: &AppState, command: SubCommand) -> Option<SubOutcome> {
+    match app.node.propose_control(command).await {
+        Ok(outcome) => Some(outcome),
+        Err(e) => {
+            tracing::debug!(error = %e, "subscription command refused");
+            None
+        }
+    }
+}
+
+/// What a pass decided for one subscription.
+enum Action {
+    /// Wake it if work is pending.
+    Check(String),
+    Expire {
+        id: String,
+        generation: u64,
+    },
+    Post {
+        sub: Box<Subscription>,
+        attempt: u32,
+    },
+    Announce(Box<Subscription>),
+}
+
+/// One pass over every subscription: lapsed leases end, `dirty` ones and
+/// those whose retry is due are woken if work is pending, webhooks due
+/// are POSTed, pull-wakes announced. Answers how long the loop may sleep
+/// before the next deadline.
+async fn pass(
+    app: &AppState,
+    posted: &mut HashMap<String, (u64, u32)>,
+    dirty: &mut HashSet<String>,
+) -> Duration {
+    let now = now_ms() as u64;
+    let mut next_deadline = now + IDLE_WAIT.as_millis() as u64;
+    let mut actions = Vec::new();
+    let announced = app
+        .subscriptions
+        .announced
+        .lock()
+        .expect("announced lock")
+        .clone();
+    app.node.with_subscriptions(&mut |subs| {
+        for sub in subs.iter() {
+            let retry_due = sub.retry.is_none_or(|r| r.next_at_ms <= now);
+            if let Some(retry) = sub.retry.filter(|r| r.next_at_ms > now) {
+                next_deadline = next_deadline.min(retry.next_at_ms);
+            }
+            let Some(wake) = &sub.wake else {
+                if retry_due && (dirty.contains(&sub.id) || sub.retry.is_some()) {
+                    actions.push(Action::Check(sub.id.clone()));
+                }
+                continue;
+            };
+            if let Some(until) = wake.lease_until_ms {
+                if until <= now {
+                    actions.push(Action::Expire {
+                        id: sub.id.clone(),
+                        generation: wake.generation,
+                    });
+                    continue;
+                }
+                next_deadline = next_deadline.min(until);
+            }
+            if wake.holder.is_some() {
+                continue;
+            }
+            match &sub.config.delivery {
+                Delivery::Webhook { .. } => {
+                    // Each attempt once: a success after retries clears the
+                    // attempt count, which must not send the wake again.
+                    let attempt = sub.retry.map_or(0, |r| r.attempt);
+                    let sent = posted
+                        .get(&sub.id)
+                        .is_some_and(|(g, a)| *g == wake.generation && *a >= attempt);
+                    if retry_due && !sent {
+                        posted.insert(sub.id.clone(), (wake.generation, attempt));
+                        actions.push(Action::Post {
+                            sub: Box::new(sub.clone()),
+                            attempt,
+                        });
+                    }
+                }
+                Delivery::PullWake { .. } => {
+                    if announced.get(&sub.id) != Some(&wake.generation) {
+                        actions.push(Action::Announce(Box::new(sub.clone())));
+                    }
+                }
+            }
+        }
+    });
+    dirty.clear();
+    let mut acted = false;
+    let mut checks = Vec::new();
+    for action in actions {
+        match action {
+            Action::Check(id) => checks.push(id),
+            Action::Expire { id, generation } => {
+                let expire = SubCommand::ExpireLease {
+                    id: id.clone(),
+                    generation,
+                    now_ms: now,
+                };
+                propose(app, expire).await;
+                dirty.insert(id);
+                acted = true;
+            }
+            Action::Post { sub, attempt } => {
+                tokio::spawn(post(app.clone(), *sub, attempt));
+            }
+            Action::Announce(sub) => announce(app, &sub).await,
+        }
+    }
+    let woke: Vec<bool> = futures::stream::iter(checks)
+        .map(|id| async move {
+            wake_if_pending(app, &id).await.unwrap_or_else(|e| {
+                tracing::debug!(subscription = %id, error = ?e, "no wake");
+                false
+            })
+        })
+        .buffer_unordered(CONCURRENT_PROPOSALS)
+        .collect()
+        .await;
+    acted |= woke.into_iter().any(|w| w);
+    if acted {
+        Duration::ZERO
+    } else {
+        Duration::from_millis(next_deadline.saturating_sub(now_ms() as u64))
+    }
+}
+
+/// The next attempt after `attempt` failures: 1 s doubling to 60 s, with
+/// 20% jitter either way.
+fn backoff_ms(attempt: u32) -> u64 {
+    let base = 1000u64
+        .saturating_mul(1 << attempt.saturating_sub(1).min(6))
+        .min(60_000);
+    let jitter: f64 = rand::thread_rng().gen_range(0.8..1.2);
+    (base as f64 * jitter) as u64
+}
+
+/// POSTs the wake in flight of `sub` to its webhook; a `done` answer acks
+/// the wake's snapshot, a failure schedules the next attempt.
+async fn post(app: AppState, sub: Subscription, attempt: u32) {
+    let (Delivery::Webhook { url }, Some(wake)) = (&sub.config.delivery, &sub.wake) else {
+        return;
+    };
+    let signer = match signer(&app).await {
+        Ok(signer) => signer,
+        Err(e) => {
+            tracing::warn!(error = ?e, "no signing keys for a webhook");
+            return;
+        }
+    };
+    let base = effective_base(&app, &sub);
+    let body = json!({
+        "subscription_id": sub.id,
+        "wake_id": wake.wake_id,
+        "generation": wake.generation,
+        "streams": render::wake_streams(&sub, |s| tail_of(&app, s)),
+        "callback_url": format!(
+            "{base}{STREAM_PREFIX}__ds/subscriptions/{}/callback",
+            encode_segment(&sub.id)
+        ),
+        "callback_token": mint_callback_token(&signer, &sub.id, wake.generation),
+    });
+    let bytes = body.to_string().into_bytes();
+    let header = signer.signature_header(now_ms() as u64 / 1000, &bytes);
+    let failure = match app
+        .subscriptions
+        .webhooks
+        .deliver(url, bytes, &header)
+        .await
+    {
+        Ok(answer) if answer.status.is_success() => {
+            if sub.retry.is_some() {
+                let (id, generation) = (sub.id.clone(), wake.generation);
+                propose(&app, SubCommand::Delivered { id, generation }).await;
+            }
+            if answer.done {
+                let acks = wake
+                    .snapshot
+                    .iter()
+                    .filter(|(s, t)| {
+                        sub.links
+                            .get(*s)
+                            .is_some_and(|l| l.acked.is_none_or(|a| **t >= a))
+                    })
+                    .map(|(s, t)| (s.clone(), *t))
+                    .collect();
+                propose(
+                    &app,
+                    SubCommand::Ack {
+                        id: sub.id.clone(),
+                        generation: wake.generation,
+                        wake_id: wake.wake_id.clone(),
+                        acks,
+                        done: true,
+                        lease_until_ms: now_ms() as u64 + sub.config.lease_ttl_ms,
+                    },
+                )
+                .await;
+                let _ = wake_if_pending(&app, &sub.id).await;
+            }
+            None
+        }
+        Ok(answer) => Some(format!("the webhook answered {}", answer.status)),
+        Err(e) => Some(e),
+    };
+    if let Some(reason) = failure {
+        let attempt = attempt + 1;
+        let delay = backoff_ms(attempt);
+        tracing::warn!(subscription = %sub.id, attempt, delay_ms = delay, %reason, "webhook delivery failed");
+        let retry = Retry {
+            attempt,
+            next_at_ms: now_ms() as u64 + delay,
+        };
+        let (id, generation) = (sub.id.clone(), wake.generation);
+        propose(
+            &app,
+            SubCommand::ScheduleRetry {
+                id,
+                generation,
+                retry,
+            },
+        )
+        .await;
+    }
+    app.node.activity().kick();
+}
+
+/// Appends the wake event of `sub`'s wake in flight to its wake stream,
+/// as the server itself (through the stream's leader).
+pub async fn announce(app: &AppState, sub: &Subscription) {
+    let (Delivery::PullWake { wake_stream }, Some(wake)) = (&sub.config.delivery, &sub.wake) else {
+        return;
+    };
+    let stream = wake
+        .snapshot
+        .iter()
+        .find(|(s, t)| sub.links.get(*s).is_some_and(|l| l.pending_at(**t)))
+        .or_else(|| wake.snapshot.iter().next())
+        .map(|(s, _)| s.clone());
+    let event = json!({
+        "type": "wake",
+        "subscription_id": sub.id,
+        "stream": stream,
+        "generation": wake.generation,
+        "ts": now_ms(),
+    });
+    let data = Bytes::from(event.to_string());
+    // A wake stream is the application's to create: without one the wake
+    // stays in flight for claims, and is not announced again.
+    let missing = || -> Result<(), String> {
+        tracing::warn!(subscription = %sub.id, %wake_stream, "the wake stream does not exist");
+        Ok(())
+    };
+    let appended = match app.node.route(wake_stream) {
+        Route::Local => {
+            match super::super::handlers::append_json(app, wake_stream.clone(), data).await {
+                Ok(()) => Ok(()),
+                Err(ApiError::Engine(EngineError::Core(CoreError::NotFound))) => missing(),
+                Err(e) => Err(format!("{e:?}")),
+            }
+        }
+        Route::Forward { node, addr } => {
+            let uri = format!("{STREAM_PREFIX}{}", encode_path(wake_stream));
+            let request = Request::builder()
+                .method(Method::POST)
+                .uri(uri)
+                .header(CONTENT_TYPE, "application/json")
+                .header(INTERNAL_APPEND, "wake")
+                .body(Body::from(data))
+                .expect("a valid request");
+            let response = crate::handlers::forward(app, node, &addr, request).await;
+            match response.status() {
+                status if status.is_success() => Ok(()),
+                http::StatusCode::NOT_FOUND => missing(),
+                status => Err(format!("the wake stream's leader answered {status}")),
+            }
+        }
+        Route::NoLeader => Err("the wake stream's group has no leader".into()),
+    };
+    if let Err(reason) = appended {
+        tracing::warn!(subscription = %sub.id, %reason, "wake event not appended; will retry");
+        return;
+    }
+    app.subscriptions
+        .announced
+        .lock()
+        .expect("announced lock")
+        .insert(sub.id.clone(), wake.generation);
+}
+
+/// Percent-encodes what a path segment may not hold.
+fn encode_segment(raw: &str) -> String {
+    raw.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// [`encode_segment`] for each segment of a stream name.
+fn encode_path(name: &str) -> String {
+    name.split('/')
+        .map(encode_segment)
+        .collect::<Vec<_>>()
+        .join("/")
+}
