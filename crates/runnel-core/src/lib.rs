@@ -19,6 +19,7 @@ pub mod error;
 pub mod fork_copy;
 pub mod history;
 pub mod json;
+pub mod listing;
 pub mod offset;
 pub mod read;
 pub mod state;

@@ -34,6 +34,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use bytes::Bytes;
+use runnel_core::listing::Listed;
 use runnel_core::subscription::{SubCommand, SubOutcome, Subscriptions};
 use runnel_core::{
     Applied, BootstrapPlan, Command, CoreError, Entry, ForkMaterial, ReadFrom, ReadPlan, RemotePin,
@@ -148,6 +149,17 @@ pub trait NodeEngine: Send + Sync + 'static {
     fn read_barrier<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
         Box::pin(async { Ok(()) })
     }
+
+    /// A page of the streams listing: up to `limit` live streams whose
+    /// names start with `prefix` and sort after `after`, in name order, and
+    /// whether more may follow. In a cluster, every write acknowledged
+    /// before the call is in it, whichever node answers.
+    fn list_streams<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<(Vec<Listed>, bool), EngineError>>;
 
     /// The node, its groups and their leaders, for `runnel ctl status`.
     fn status(&self) -> serde_json::Value;
@@ -288,6 +300,29 @@ pub(crate) trait MaintainedGroup: GroupEngine {
     fn term(&self) -> u64 {
         0
     }
+}
+
+/// A page of the streams of all `groups` (see
+/// [`NodeEngine::list_streams`]): each group's first `limit`, merged.
+pub(crate) fn list_groups<G: MaintainedGroup>(
+    groups: &[std::sync::Arc<G>],
+    prefix: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> (Vec<Listed>, bool) {
+    let now = now_ms();
+    // One more than asked: whether another page follows.
+    let mut page: Vec<Listed> = groups
+        .iter()
+        .flat_map(|g| {
+            g.view()
+                .with_state(|s| s.list(prefix, after, limit + 1, now))
+        })
+        .collect();
+    page.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    let more = page.len() > limit;
+    page.truncate(limit);
+    (page, more)
 }
 
 /// Whether two names fall in the same of `groups` groups.

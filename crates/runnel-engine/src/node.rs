@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use runnel_core::listing::Listed;
 use runnel_core::{Applied, Command, Entry, ReadFrom, StreamInfo, StreamsState};
 use runnel_log::{Log, LogError, LogOptions, SyncMode};
 use tokio::sync::watch;
@@ -362,6 +363,16 @@ impl NodeEngine for Node {
 
     fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
         crate::take_released_pins(&self.groups)
+    }
+
+    fn list_streams<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<(Vec<Listed>, bool), EngineError>> {
+        let page = crate::list_groups(&self.groups, prefix, after, limit);
+        Box::pin(async move { Ok(page) })
     }
 
     fn control(&self) -> &Control {

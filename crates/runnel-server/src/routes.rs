@@ -69,6 +69,11 @@ async fn route(app: AppState, request: Request<Body>) -> Response {
         }
         return handlers::stream(app, request).await;
     }
+    if path == handlers::list::PATH {
+        return handlers::list::list(&app, request)
+            .await
+            .unwrap_or_else(IntoResponse::into_response);
+    }
     if path == subscriptions::ROTATE_KEY_PATH {
         return subscriptions::rotate_key(app, request).await;
     }

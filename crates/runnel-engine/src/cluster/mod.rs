@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::BasicNode;
+use runnel_core::listing::Listed;
 use runnel_core::{Applied, Command, StreamsState};
 use runnel_log::Log;
 
@@ -42,6 +43,7 @@ use crate::tier::{self, GroupTier, Tiering};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
 
+mod reads;
 mod report;
 
 const FORMAT: u32 = 2;
@@ -689,49 +691,17 @@ impl NodeEngine for ClusterNode {
         Box::pin(self.group_for(name).read_barrier())
     }
 
-    /// A follower serves a live read once it applied everything its
-    /// leader had committed when asked (a read index), so it shows
-    /// nothing older than what a client was acknowledged, and never
-    /// anything uncommitted (only committed entries are applied). Streams
-    /// with a sliding TTL are read at the leader, whose memory holds the
-    /// renewals that reads make.
     fn prepare_live_read<'a>(&'a self, name: &'a str) -> BoxFuture<'a, bool> {
-        Box::pin(async move {
-            let group = self.group_for(name);
-            let Some(leader) = group.leader() else {
-                return false;
-            };
-            if leader == self.node_id {
-                // Leadership moved here since the caller routed: read as
-                // the leader does.
-                if group.read_barrier().await.is_err() {
-                    return false;
-                }
-            } else if !cfg!(feature = "unsafe-stale-reads") {
-                let index = match self.reads.read_index(leader, group.index()).await {
-                    Ok(index) => index,
-                    Err(reason) => {
-                        tracing::debug!(group = group.index(), %reason, "no read index");
-                        return false;
-                    }
-                };
-                if let Some(index) = index {
-                    let caught_up = group
-                        .raft()
-                        .wait(Some(FOLLOWER_CATCH_UP))
-                        .applied_index_at_least(Some(index), "follower read")
-                        .await;
-                    if caught_up.is_err() {
-                        return false;
-                    }
-                }
-            }
-            group.view().with_state(|state| {
-                state
-                    .stream_by_name(name)
-                    .is_some_and(|s| s.ttl_secs().is_none() && !s.soft_deleted)
-            })
-        })
+        Box::pin(self.live_read_ready(name))
+    }
+
+    fn list_streams<'a>(
+        &'a self,
+        prefix: &'a str,
+        after: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<(Vec<Listed>, bool), EngineError>> {
+        Box::pin(self.list_caught_up(prefix, after, limit))
     }
 
     fn same_group(&self, a: &str, b: &str) -> bool {

@@ -7,6 +7,7 @@ mod bootstrap;
 mod create;
 mod delete;
 mod head;
+pub mod list;
 mod pin;
 mod read;
 pub mod read_token;
