@@ -60,11 +60,7 @@ async fn route(app: AppState, request: Request<Body>) -> Response {
             || (name.contains('%')
                 && crate::headers::percent_decode(name)
                     .is_ok_and(|n| subscriptions::is_reserved(&n)));
-        if reserved
-            && !request
-                .headers()
-                .contains_key(subscriptions::INTERNAL_APPEND)
-        {
+        if reserved {
             return subscriptions::handle(app, request).await;
         }
         return handlers::stream(app, request).await;

@@ -3,6 +3,7 @@
 
 mod config;
 mod ctl;
+mod streams;
 
 /// Turns transparent huge pages off for this process. mimalloc asks for
 /// them, and then every fresh 2 MiB region a thread touches is zeroed
@@ -57,6 +58,8 @@ enum Commands {
         #[command(subcommand)]
         command: ctl::CtlCommand,
     },
+    /// List, create, append to, read, tail and delete streams.
+    Stream(streams::StreamArgs),
 }
 
 /// openraft logs every failed RPC to a down peer; the transport logs when
@@ -73,10 +76,20 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    if let Commands::Stream(args) = cli.command {
+        return match streams::run(args) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("runnel: {}", e.message);
+                ExitCode::from(e.code)
+            }
+        };
+    }
     let result = match cli.command {
         Commands::Serve(args) => serve(*args),
         Commands::Bench { command } => runnel_bench::run(command).map_err(|e| e.to_string()),
         Commands::Ctl { command } => ctl::run(command),
+        Commands::Stream(_) => unreachable!("answered above"),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -594,6 +594,20 @@ async fn managing_subscriptions_needs_the_subscribe_grant() {
     assert_eq!(put(Some("jobs-token"), "a", "other/*").await, 403);
     assert_eq!(put(Some("jobs-token"), "a", "**").await, 403);
     assert_eq!(put(Some("jobs-token"), "a", "jobs/*").await, 201);
+    // The server appends wake events for a pull-wake subscription: its
+    // creator needs `append` on the wake stream.
+    let pull = client
+        .put(sub_url(&server.base, "p"))
+        .bearer_auth("jobs-token")
+        .header("content-type", "application/json")
+        .body(
+            json!({"type": "pull-wake", "pattern": "jobs/*", "wake_stream": "jobs/wake"})
+                .to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pull.status(), 403);
     let get = |token: &'static str| {
         let request = client.get(sub_url(&server.base, "a")).bearer_auth(token);
         async move { request.send().await.unwrap().status().as_u16() }
@@ -619,4 +633,54 @@ async fn managing_subscriptions_needs_the_subscribe_grant() {
     .await;
     let wake = receiver.wait_for(1).await[0].body.clone();
     assert_eq!(callback(&client, &wake, &tail).await.status(), 200);
+}
+
+/// An explicit link to a stream that does not exist yet waits for it;
+/// when the stream is deleted and created again, the new one is delivered
+/// from its first byte.
+#[tokio::test]
+async fn explicit_links_wait_for_their_stream_and_follow_re_creation() {
+    let receiver = Receiver::start(Reply::Ok(json!({"done": true}))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--allow-dev-webhooks"]).await;
+    let client = reqwest::Client::new();
+    put_subscription(
+        &client,
+        &server.base,
+        "later",
+        json!({"type": "webhook", "streams": ["later/a"], "webhook": {"url": receiver.url}}),
+    )
+    .await;
+    // Long enough for the delivery loop to look at the missing stream.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let url = server.stream_url("later/a");
+    let first_tail = create_json(&client, &url, r#"{"n":1}"#).await;
+    let first = receiver.wait_for(1).await[0].body.clone();
+    assert_eq!(first["streams"][0]["path"], "later/a");
+    assert_eq!(first["streams"][0]["tail_offset"], first_tail.as_str());
+
+    let r = client.delete(&url).send().await.unwrap();
+    assert_eq!(r.status(), 204);
+    // The new stream is shorter than the old cursor: still all new.
+    let r = client
+        .put(&url)
+        .header("content-type", "application/json")
+        .body("[]")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 201);
+    let tail = write_json(&client, reqwest::Method::POST, &url, r#"{"m":1}"#, None).await;
+    let second = receiver.wait_for(2).await[1].body.clone();
+    assert_eq!(second["streams"][0]["acked_offset"], "-1", "{second}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let sub = get_subscription(&client, &server.base, "later").await;
+        if acked(&sub, "later/a").as_deref() == Some(tail.as_str()) {
+            assert_eq!(sub["streams"][0]["link_type"], "explicit");
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{sub}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
 }

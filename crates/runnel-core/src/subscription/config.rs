@@ -122,6 +122,18 @@ impl Config {
                 "a subscription needs a pattern or streams",
             ));
         }
+        if let Delivery::PullWake { wake_stream } = &delivery {
+            if wake_stream.split('/').next() == Some("__ds") {
+                return Err(SubError::invalid(
+                    "a wake stream cannot be under the reserved __ds/",
+                ));
+            }
+            if streams.binary_search(wake_stream).is_ok() {
+                return Err(SubError::invalid(
+                    "a subscription cannot watch its own wake stream",
+                ));
+            }
+        }
         let lease_ttl_ms = raw.lease_ttl_ms.unwrap_or(DEFAULT_LEASE_TTL_MS);
         if !(MIN_LEASE_TTL_MS..=MAX_LEASE_TTL_MS).contains(&lease_ttl_ms) {
             return Err(SubError::invalid(format!(
@@ -140,6 +152,18 @@ impl Config {
     /// Whether `stream` is this subscription's by its pattern.
     pub fn pattern_matches(&self, stream: &str) -> bool {
         self.pattern.as_ref().is_some_and(|p| p.matches(stream))
+    }
+
+    /// Whether `stream` is the one this subscription's wake events go to.
+    pub fn is_own_wake_stream(&self, stream: &str) -> bool {
+        matches!(&self.delivery, Delivery::PullWake { wake_stream } if wake_stream == stream)
+    }
+
+    /// Whether the pattern links `stream`: it matches, and the stream is
+    /// not the subscription's own wake stream (its wake events would wake
+    /// it again).
+    pub fn watches_by_pattern(&self, stream: &str) -> bool {
+        self.pattern_matches(stream) && !self.is_own_wake_stream(stream)
     }
 }
 
@@ -188,6 +212,9 @@ pub fn check_webhook_url(url: &str, policy: &UrlPolicy) -> Result<(), SubError> 
         return Err(rejected("a local host"));
     }
     match host.parse::<IpAddr>() {
+        // IPv6 literals carry IPv4 addresses in too many forms (mapped,
+        // compatible, NAT64, 6to4...); a public target has a name.
+        Ok(IpAddr::V6(_)) => Err(rejected("IPv6 literals are not accepted; use a host name")),
         Ok(ip) if !is_public(ip) => Err(rejected("a private, local or reserved address")),
         _ => Ok(()),
     }
@@ -195,7 +222,9 @@ pub fn check_webhook_url(url: &str, policy: &UrlPolicy) -> Result<(), SubError> 
 
 /// Whether `ip` is an address a webhook may reach: not loopback,
 /// private, link-local (the cloud metadata address among them), CGNAT,
-/// unspecified, broadcast, multicast, documentation or unique-local.
+/// unspecified, broadcast, multicast, documentation, benchmarking,
+/// reserved or unique-local; an IPv6 address that carries an IPv4 one
+/// (mapped, compatible, NAT64, 6to4) is judged by the IPv4 address.
 pub fn is_public(ip: IpAddr) -> bool {
     match ip {
         IpAddr::V4(v4) => {
@@ -208,13 +237,33 @@ pub fn is_public(ip: IpAddr) -> bool {
                 || v4.is_multicast()
                 || v4.is_documentation()
                 || a == 0
-                || (a == 100 && (64..128).contains(&b)))
+                || a >= 240
+                || (a == 100 && (64..128).contains(&b))
+                || (a == 198 && (18..20).contains(&b)))
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
+            let s = v6.segments();
+            let embedded = |hi: u16, lo: u16| {
+                let [a, b] = hi.to_be_bytes();
+                let [c, d] = lo.to_be_bytes();
+                std::net::Ipv4Addr::new(a, b, c, d)
+            };
+            let carried =
+                if s[..4] == [0; 4] && matches!((s[4], s[5]), (0, 0) | (0, 0xffff) | (0xffff, 0)) {
+                    // Compatible (::a.b.c.d, with :: and ::1), mapped
+                    // (::ffff:a.b.c.d) and translated (::ffff:0:a.b.c.d).
+                    Some(embedded(s[6], s[7]))
+                } else if s[..6] == [0x64, 0xff9b, 0, 0, 0, 0] {
+                    Some(embedded(s[6], s[7]))
+                } else if s[0] == 0x2002 {
+                    Some(embedded(s[1], s[2]))
+                } else {
+                    None
+                };
+            if let Some(v4) = carried {
                 return is_public(IpAddr::V4(v4));
             }
-            let first = v6.segments()[0];
+            let first = s[0];
             !(v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()

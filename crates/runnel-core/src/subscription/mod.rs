@@ -11,6 +11,7 @@
 
 pub mod config;
 pub mod glob;
+mod links;
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -73,10 +74,23 @@ pub struct LinkKind {
     pub explicit: bool,
 }
 
+/// A stream as the proposer saw it: which incarnation of the name (the
+/// stream's id, never reused for another stream of that name) and its
+/// tail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Seen {
+    pub id: u64,
+    pub tail: u64,
+}
+
 /// One linked stream's cursor.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Link {
     pub kind: LinkKind,
+    /// The incarnation the cursor belongs to; `None`: the stream did not
+    /// exist when linked (or has been deleted since).
+    #[serde(default)]
+    pub incarnation: Option<u64>,
     /// The last offset processed; `None`: nothing yet.
     pub acked: Option<u64>,
 }
@@ -174,6 +188,12 @@ impl Subscription {
     }
 }
 
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+struct Tombstone {
+    generation: u64,
+    deleted_at_ms: u64,
+}
+
 /// The signing material, generated once by the first proposer.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Keys {
@@ -195,17 +215,18 @@ pub enum SubCommand {
     Put {
         id: String,
         config: Config,
-        tails: Vec<(String, Option<u64>)>,
+        tails: Vec<(String, Option<Seen>)>,
         now_ms: u64,
         base_url: String,
     },
     Delete {
         id: String,
+        now_ms: u64,
     },
     /// Explicit links, each at its stream's tail now.
     AddStreams {
         id: String,
-        tails: Vec<(String, Option<u64>)>,
+        tails: Vec<(String, Option<Seen>)>,
     },
     /// Drops the explicit link (a glob link stays while the pattern
     /// matches).
@@ -213,15 +234,20 @@ pub enum SubCommand {
         id: String,
         stream: String,
     },
-    /// A stream seen through an append: every subscription whose pattern
-    /// matches and that does not link it yet links it before its first
-    /// byte, so the append is pending.
+    /// A stream seen with data: every subscription whose pattern matches
+    /// and that does not link it yet links it before its first byte, so
+    /// what revealed it is pending.
     Discover {
         stream: String,
+        id: u64,
     },
-    /// A deleted stream leaves every subscription.
-    StreamDeleted {
+    /// Stream `stream` is now incarnation `id` (`None`: it does not
+    /// exist): links to another incarnation start over. A glob link to a
+    /// deleted stream goes; an explicit one waits for the name's next
+    /// stream, from its first byte.
+    Incarnation {
         stream: String,
+        id: Option<u64>,
     },
     Wake {
         id: String,
@@ -310,8 +336,9 @@ pub enum SubOutcome {
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Subscriptions {
     subs: BTreeMap<String, Subscription>,
-    /// The last generation of each deleted id.
-    tombstones: BTreeMap<String, u64>,
+    /// Deleted ids: the last generation and when (kept a day, while
+    /// tokens of theirs may be about).
+    tombstones: BTreeMap<String, Tombstone>,
     keys: Option<Keys>,
     /// Which subscriptions link each stream (derived from `subs`).
     #[serde(skip)]
@@ -349,10 +376,10 @@ impl Subscriptions {
     pub fn apply(&mut self, command: SubCommand) -> Result<SubOutcome, SubError> {
         let touched = match &command {
             SubCommand::Put { id, .. }
-            | SubCommand::Delete { id }
+            | SubCommand::Delete { id, .. }
             | SubCommand::AddStreams { id, .. }
             | SubCommand::RemoveStream { id, .. } => Some((Some(id.clone()), None)),
-            SubCommand::Discover { stream } | SubCommand::StreamDeleted { stream } => {
+            SubCommand::Discover { stream, .. } | SubCommand::Incarnation { stream, .. } => {
                 Some((None, Some(stream.clone())))
             }
             _ => None,
@@ -432,57 +459,11 @@ impl Subscriptions {
                 now_ms,
                 base_url,
             } => self.put(id, config, tails, now_ms, base_url),
-            SubCommand::Delete { id } => {
-                let sub = self
-                    .subs
-                    .remove(&id)
-                    .ok_or(SubError::NotFound(id.clone()))?;
-                self.tombstones.insert(id, sub.generation);
-                Ok(SubOutcome::Changed)
-            }
-            SubCommand::AddStreams { id, tails } => {
-                let sub = self.sub_mut(&id)?;
-                for (stream, tail) in tails {
-                    let link = sub.links.entry(stream).or_insert(Link {
-                        kind: LinkKind::default(),
-                        acked: Some(tail.unwrap_or(0)),
-                    });
-                    link.kind.explicit = true;
-                }
-                Ok(SubOutcome::Changed)
-            }
-            SubCommand::RemoveStream { id, stream } => {
-                let sub = self.sub_mut(&id)?;
-                let glob = sub.config.pattern_matches(&stream);
-                if let Some(link) = sub.links.get_mut(&stream) {
-                    link.kind.explicit = false;
-                    link.kind.glob &= glob;
-                    if !link.kind.glob {
-                        sub.links.remove(&stream);
-                    }
-                }
-                Ok(SubOutcome::Changed)
-            }
-            SubCommand::Discover { stream } => {
-                let mut linked = Vec::new();
-                for sub in self.subs.values_mut() {
-                    if sub.config.pattern_matches(&stream) && !sub.links.contains_key(&stream) {
-                        let kind = LinkKind {
-                            glob: true,
-                            explicit: false,
-                        };
-                        sub.links.insert(stream.clone(), Link { kind, acked: None });
-                        linked.push(sub.id.clone());
-                    }
-                }
-                Ok(SubOutcome::Linked(linked))
-            }
-            SubCommand::StreamDeleted { stream } => {
-                for sub in self.subs.values_mut() {
-                    sub.links.remove(&stream);
-                }
-                Ok(SubOutcome::Changed)
-            }
+            SubCommand::Delete { id, now_ms } => self.delete(id, now_ms),
+            SubCommand::AddStreams { id, tails } => self.add_streams(&id, tails),
+            SubCommand::RemoveStream { id, stream } => self.remove_stream(&id, &stream),
+            SubCommand::Discover { stream, id } => Ok(self.discover(&stream, id)),
+            SubCommand::Incarnation { stream, id } => Ok(self.incarnation(&stream, id)),
             SubCommand::Wake {
                 id,
                 wake_id,
@@ -671,58 +652,6 @@ impl Subscriptions {
         self.subs
             .get_mut(id)
             .ok_or_else(|| SubError::NotFound(id.to_string()))
-    }
-
-    fn put(
-        &mut self,
-        id: String,
-        config: Config,
-        tails: Vec<(String, Option<u64>)>,
-        now_ms: u64,
-        base_url: String,
-    ) -> Result<SubOutcome, SubError> {
-        if let Some(existing) = self.subs.get(&id) {
-            return if existing.config == config {
-                Ok(SubOutcome::Confirmed)
-            } else {
-                Err(SubError::ConfigMismatch)
-            };
-        }
-        let mut links = BTreeMap::new();
-        for (stream, tail) in tails {
-            let kind = LinkKind {
-                glob: config.pattern_matches(&stream),
-                explicit: config.streams.binary_search(&stream).is_ok(),
-            };
-            if kind.glob || kind.explicit {
-                let acked = Some(tail.unwrap_or(0));
-                links.insert(stream, Link { kind, acked });
-            }
-        }
-        for stream in &config.streams {
-            links.entry(stream.clone()).or_insert(Link {
-                kind: LinkKind {
-                    glob: config.pattern_matches(stream),
-                    explicit: true,
-                },
-                acked: Some(0),
-            });
-        }
-        let generation = self.tombstones.remove(&id).unwrap_or(0);
-        self.subs.insert(
-            id.clone(),
-            Subscription {
-                id,
-                config,
-                links,
-                generation,
-                wake: None,
-                retry: None,
-                created_at_ms: now_ms,
-                base_url,
-            },
-        );
-        Ok(SubOutcome::Created)
     }
 }
 

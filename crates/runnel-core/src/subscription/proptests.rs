@@ -36,13 +36,17 @@ fn stream(i: u8) -> String {
     STREAMS[i as usize % STREAMS.len()].to_string()
 }
 
-fn tails(seed: u8) -> Vec<(String, Option<u64>)> {
+fn tails(seed: u8) -> Vec<(String, Option<Seen>)> {
     STREAMS
         .iter()
         .enumerate()
         .map(|(i, s)| {
             let t = (seed as u64 >> i) % 4;
-            (s.to_string(), (t != 0).then_some(t * 10))
+            let seen = (t != 0).then_some(Seen {
+                id: t % 2,
+                tail: t * 10,
+            });
+            (s.to_string(), seen)
         })
         .collect()
 }
@@ -50,7 +54,7 @@ fn tails(seed: u8) -> Vec<(String, Option<u64>)> {
 fn snapshot(seed: u8) -> BTreeMap<String, u64> {
     tails(seed.wrapping_add(1))
         .into_iter()
-        .map(|(s, t)| (s, t.unwrap_or(0) + 5))
+        .map(|(s, t)| (s, t.map_or(0, |t| t.tail) + 5))
         .collect()
 }
 
@@ -71,17 +75,32 @@ fn command(subs: &Subscriptions, bytes: [u8; 4], now: u64) -> SubCommand {
             now_ms: now,
             base_url: String::new(),
         },
-        1 => SubCommand::Delete { id: id(a) },
+        1 => SubCommand::Delete {
+            id: id(a),
+            now_ms: now,
+        },
         2 => SubCommand::AddStreams {
             id: id(a),
-            tails: vec![(stream(b), Some(u64::from(c % 3) * 10))],
+            tails: vec![(
+                stream(b),
+                (c % 4 != 0).then_some(Seen {
+                    id: u64::from(c % 2),
+                    tail: u64::from(c % 3) * 10,
+                }),
+            )],
         },
         3 => SubCommand::RemoveStream {
             id: id(a),
             stream: stream(b),
         },
-        4 => SubCommand::Discover { stream: stream(b) },
-        5 => SubCommand::StreamDeleted { stream: stream(b) },
+        4 => SubCommand::Discover {
+            stream: stream(b),
+            id: u64::from(c % 2),
+        },
+        5 => SubCommand::Incarnation {
+            stream: stream(b),
+            id: (c % 3 != 0).then_some(u64::from(c % 2)),
+        },
         6 => SubCommand::Wake {
             id: id(a),
             wake_id: format!("w{now}"),
@@ -132,7 +151,11 @@ fn command(subs: &Subscriptions, bytes: [u8; 4], now: u64) -> SubCommand {
 
 /// The last generation each id reached, live or deleted.
 fn generations(subs: &Subscriptions) -> BTreeMap<String, u64> {
-    let mut all = subs.tombstones.clone();
+    let mut all: BTreeMap<String, u64> = subs
+        .tombstones
+        .iter()
+        .map(|(id, t)| (id.clone(), t.generation))
+        .collect();
     all.extend(subs.iter().map(|s| (s.id.clone(), s.generation)));
     all
 }
@@ -162,15 +185,18 @@ proptest! {
                 if let Some(wake) = &sub.wake {
                     prop_assert_eq!(wake.generation, sub.generation);
                 }
-                // Cursors never step back while a stream stays linked.
+                // Cursors never step back while a stream stays linked to
+                // one incarnation.
                 if let Some(was) = before.get(&sub.id) {
                     for (stream, link) in &sub.links {
-                        let earlier = was.links.get(stream).and_then(|l| l.acked);
-                        if earlier.is_some() && link.acked.is_some() {
-                            prop_assert!(link.acked >= earlier, "{:?}", command);
+                        let Some(earlier) = was.links.get(stream) else { continue };
+                        if earlier.incarnation == link.incarnation {
+                            prop_assert!(link.acked >= earlier.acked, "{:?}", command);
                         }
                     }
                 }
+                // A sub never links its own wake stream.
+                prop_assert!(!sub.links.keys().any(|s| sub.config.is_own_wake_stream(s)));
             }
             // Fencing: an ack answering anything but the wake in flight is
             // refused (checked above: then nothing changed).

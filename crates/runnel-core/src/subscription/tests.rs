@@ -37,10 +37,15 @@ fn put(
     subs.apply(SubCommand::Put {
         id: id.into(),
         config,
-        tails: tails.iter().map(|(s, t)| (s.to_string(), *t)).collect(),
+        tails: tails.iter().map(|(s, t)| (s.to_string(), at(*t))).collect(),
         now_ms: 1,
         base_url: "http://127.0.0.1:1".into(),
     })
+}
+
+/// A stream seen at `tail` (incarnation 1), or not at all.
+fn at(tail: Option<u64>) -> Option<Seen> {
+    tail.map(|tail| Seen { id: 1, tail })
 }
 
 fn snapshot(entries: &[(&str, u64)]) -> BTreeMap<String, u64> {
@@ -101,7 +106,6 @@ fn webhook_targets_must_be_public_https() {
         "https://93.184.216.34:8443/x",
         "http://127.0.0.1:3000/hook",
         "http://localhost:8080/",
-        "https://[2606:4700::1111]/x",
     ] {
         assert!(check_webhook_url(ok, &policy).is_ok(), "{ok}");
     }
@@ -121,6 +125,9 @@ fn webhook_targets_must_be_public_https() {
         "https://[fd00::1]/",
         "https://[fe80::1]/",
         "https://[::ffff:10.0.0.1]/",
+        "https://[2606:4700::1111]/x",
+        "https://198.18.0.1/",
+        "https://240.0.0.1/",
         "https://user:pw@example.com/",
         "http://127.0.1.1/",
         "example.com/hook",
@@ -140,6 +147,21 @@ fn webhook_targets_must_be_public_https() {
     assert!(check_webhook_url("https://10.1.2.3/x", &listed).is_ok());
     assert!(!is_public("10.1.2.3".parse().unwrap()));
     assert!(is_public("8.8.8.8".parse().unwrap()));
+    // Addresses a name may resolve to: IPv6 forms carrying a private
+    // IPv4 address are judged by it.
+    for private in [
+        "::a00:1",
+        "::ffff:0:a00:1",
+        "64:ff9b::a00:1",
+        "2002:a00:1::1",
+        "::1",
+        "fe80::1",
+    ] {
+        assert!(!is_public(private.parse().unwrap()), "{private}");
+    }
+    for public in ["2606:4700::1111", "64:ff9b::808:808", "2002:808:808::1"] {
+        assert!(is_public(public.parse().unwrap()), "{public}");
+    }
 }
 
 #[test]
@@ -201,7 +223,7 @@ fn explicit_links_come_and_go_and_glob_links_stay() {
     let add = |subs: &mut Subscriptions, stream: &str, tail| {
         subs.apply(SubCommand::AddStreams {
             id: "s".into(),
-            tails: vec![(stream.into(), tail)],
+            tails: vec![(stream.into(), at(tail))],
         })
     };
     add(&mut subs, "manual/b", Some(7)).unwrap();
@@ -236,6 +258,7 @@ fn a_discovered_stream_is_pending_from_its_first_byte() {
     let linked = subs
         .apply(SubCommand::Discover {
             stream: "events/new".into(),
+            id: 1,
         })
         .unwrap();
     assert_eq!(linked, SubOutcome::Linked(vec!["s".into()]));
@@ -245,13 +268,109 @@ fn a_discovered_stream_is_pending_from_its_first_byte() {
     // Seen again: nothing changes.
     let again = subs.apply(SubCommand::Discover {
         stream: "events/new".into(),
+        id: 1,
     });
     assert_eq!(again, Ok(SubOutcome::Linked(vec![])));
-    subs.apply(SubCommand::StreamDeleted {
+    subs.apply(SubCommand::Incarnation {
         stream: "events/new".into(),
+        id: None,
     })
     .unwrap();
-    assert!(subs.get("s").unwrap().links.is_empty());
+    assert!(
+        subs.get("s").unwrap().links.is_empty(),
+        "a glob link to a deleted stream goes"
+    );
+}
+
+/// Streams deleted and created again under a name are told apart by
+/// their incarnation: an explicit link to a stream not created yet waits
+/// for it, a deleted stream's explicit link waits for the next one, and a
+/// re-created stream is new from its first byte.
+#[test]
+fn links_follow_the_incarnations_of_a_name() {
+    let mut subs = Subscriptions::default();
+    let explicit = config(
+        r#"{"type":"webhook","pattern":"events/*","streams":["manual/a"],"webhook":{"url":"http://127.0.0.1:9/h"}}"#,
+    );
+    put(&mut subs, "s", explicit, &[("events/b", Some(30))]).unwrap();
+    let incarnation = |subs: &mut Subscriptions, stream: &str, id: Option<u64>| {
+        subs.apply(SubCommand::Incarnation {
+            stream: stream.into(),
+            id,
+        })
+        .unwrap();
+    };
+    let link =
+        |subs: &Subscriptions, stream: &str| subs.get("s").unwrap().links.get(stream).cloned();
+    // Not created yet: the link stays, at the start.
+    incarnation(&mut subs, "manual/a", None);
+    assert_eq!(link(&subs, "manual/a").unwrap().acked, Some(0));
+    // Created: the cursor is the new stream's.
+    incarnation(&mut subs, "manual/a", Some(7));
+    let a = link(&subs, "manual/a").unwrap();
+    assert_eq!((a.incarnation, a.acked), (Some(7), Some(0)));
+    // Deleted: the explicit link waits for the next stream of the name.
+    incarnation(&mut subs, "manual/a", None);
+    let a = link(&subs, "manual/a").unwrap();
+    assert_eq!((a.incarnation, a.acked), (None, None));
+    // Re-created behind the cursor's back: all of it is new.
+    incarnation(&mut subs, "events/b", Some(2));
+    let b = link(&subs, "events/b").unwrap();
+    assert_eq!((b.incarnation, b.acked), (Some(2), None));
+    assert!(b.pending_at(1));
+    // An explicit link added to a stream the pattern matches, then
+    // removed, leaves the glob link.
+    subs.apply(SubCommand::AddStreams {
+        id: "s".into(),
+        tails: vec![("events/c".into(), Some(Seen { id: 3, tail: 4 }))],
+    })
+    .unwrap();
+    subs.apply(SubCommand::RemoveStream {
+        id: "s".into(),
+        stream: "events/c".into(),
+    })
+    .unwrap();
+    let c = link(&subs, "events/c").unwrap();
+    assert!(c.kind.glob && !c.kind.explicit);
+    assert_eq!(c.acked, Some(4));
+}
+
+/// A pull-wake subscription never watches its own wake stream (its wake
+/// events would wake it again), and refuses to link it explicitly.
+#[test]
+fn a_subscription_never_watches_its_own_wake_stream() {
+    let mut subs = Subscriptions::default();
+    put(
+        &mut subs,
+        "s",
+        pull("**"),
+        &[("wake/pool", Some(3)), ("a", Some(1))],
+    )
+    .unwrap();
+    assert!(!subs.get("s").unwrap().links.contains_key("wake/pool"));
+    subs.apply(SubCommand::Discover {
+        stream: "wake/pool".into(),
+        id: 1,
+    })
+    .unwrap();
+    assert!(!subs.get("s").unwrap().links.contains_key("wake/pool"));
+    let err = subs
+        .apply(SubCommand::AddStreams {
+            id: "s".into(),
+            tails: vec![("wake/pool".into(), None)],
+        })
+        .unwrap_err();
+    assert_eq!(err.code(), "INVALID_REQUEST");
+    let refused = Config::parse(
+        br#"{"type":"pull-wake","streams":["w"],"wake_stream":"w"}"#,
+        &dev(),
+    );
+    assert!(refused.is_err());
+    let reserved = Config::parse(
+        br#"{"type":"pull-wake","pattern":"a/*","wake_stream":"__ds/x"}"#,
+        &dev(),
+    );
+    assert!(reserved.is_err());
 }
 
 fn woken(subs: &mut Subscriptions, id: &str, wake_id: &str, snap: &[(&str, u64)]) -> u64 {
@@ -473,13 +592,20 @@ fn pull_wake_claims_are_exclusive_until_their_lease_runs_out() {
 #[test]
 fn a_deleted_subscription_fences_its_wakes_and_keeps_its_generation() {
     let (mut subs, g) = one_wake_in_flight();
-    subs.apply(SubCommand::Delete { id: "s".into() }).unwrap();
+    subs.apply(SubCommand::Delete {
+        id: "s".into(),
+        now_ms: 1,
+    })
+    .unwrap();
     assert_eq!(
         ack(&mut subs, g, "w1", &[("events/a", 3)], true),
         Err(SubError::NotFound("s".into()))
     );
     assert_eq!(
-        subs.apply(SubCommand::Delete { id: "s".into() }),
+        subs.apply(SubCommand::Delete {
+            id: "s".into(),
+            now_ms: 1
+        }),
         Err(SubError::NotFound("s".into()))
     );
     put(
@@ -628,6 +754,7 @@ fn the_index_of_linked_streams_follows_every_change() {
     check(&subs);
     subs.apply(SubCommand::Discover {
         stream: "a/2".into(),
+        id: 1,
     })
     .unwrap();
     subs.apply(SubCommand::AddStreams {
@@ -641,12 +768,17 @@ fn the_index_of_linked_streams_follows_every_change() {
         stream: "m".into(),
     })
     .unwrap();
-    subs.apply(SubCommand::StreamDeleted {
+    subs.apply(SubCommand::Incarnation {
         stream: "a/1".into(),
+        id: None,
     })
     .unwrap();
     check(&subs);
-    subs.apply(SubCommand::Delete { id: "t".into() }).unwrap();
+    subs.apply(SubCommand::Delete {
+        id: "t".into(),
+        now_ms: 1,
+    })
+    .unwrap();
     check(&subs);
     assert_eq!(subs.linking("a/2").count(), 1);
     assert_eq!(subs.linking("b/1").count(), 0);

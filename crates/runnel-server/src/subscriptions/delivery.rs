@@ -19,12 +19,14 @@ use futures::StreamExt;
 use http::header::CONTENT_TYPE;
 use http::{HeaderName, Method};
 use rand::Rng;
-use runnel_core::subscription::{Delivery, Retry, SubCommand, SubOutcome, Subscription};
+use runnel_core::subscription::{Delivery, Retry, Seen, SubCommand, SubOutcome, Subscription};
 use runnel_core::CoreError;
 use runnel_engine::{now_ms, EngineError, Route};
 use serde_json::json;
 
-use super::handlers::{effective_base, mint_callback_token, signer, subscription, tail_of};
+use super::handlers::{
+    effective_base, fresh_seen, mint_callback_token, seen, signer, subscription, tail_of,
+};
 use super::{is_reserved, render};
 use crate::error::ApiError;
 use crate::headers::STREAM_PREFIX;
@@ -47,14 +49,27 @@ const MIN_PASS_GAP: Duration = Duration::from_millis(5);
 /// them together.
 const CONCURRENT_PROPOSALS: usize = 64;
 
+/// What the control leader's loop remembers between passes (forgotten
+/// when leadership changes: a new leader re-issues what was in flight).
+#[derive(Default)]
+struct LeaderState {
+    /// The wake generation and attempt each webhook was last sent for.
+    posted: HashMap<String, (u64, u32)>,
+    /// Subscriptions to check for pending work: those linking streams
+    /// that moved, and those whose wake just ended.
+    dirty: HashSet<String>,
+    /// When a wake event last failed to be appended, per subscription
+    /// (it is tried again after [`ANNOUNCE_RETRY`]).
+    failed_announces: HashMap<String, Instant>,
+}
+
+/// How long after a failed wake-event append it is tried again.
+const ANNOUNCE_RETRY: Duration = Duration::from_secs(2);
+
 /// The delivery loop of a server; it ends when the server is dropped.
 pub async fn deliver(app: Weak<App>) {
     let mut led: Option<u64> = None;
-    // The wake generation and attempt each webhook was last sent for.
-    let mut posted: HashMap<String, (u64, u32)> = HashMap::new();
-    // Subscriptions to check for pending work: those linking streams that
-    // moved, and those whose wake just ended.
-    let mut dirty: HashSet<String> = HashSet::new();
+    let mut state = LeaderState::default();
     let mut reconciled = Instant::now();
     loop {
         let Some(app) = AppState::upgrade(&app) else {
@@ -64,8 +79,7 @@ pub async fn deliver(app: Weak<App>) {
         let term = app.node.control_term();
         let mut reconcile_now = false;
         if term != led {
-            posted.clear();
-            dirty.clear();
+            state = LeaderState::default();
             app.subscriptions
                 .announced
                 .lock()
@@ -88,19 +102,19 @@ pub async fn deliver(app: Weak<App>) {
             reconcile_now |= watch;
         }
         if reconcile_now {
-            dirty.extend(reconcile(&app).await);
+            state.dirty.extend(reconcile(&app).await);
             reconciled = Instant::now();
         }
         let wait = if led.is_some() {
             let changed: Vec<String> = activity.take().iter().map(|s| s.to_string()).collect();
             if !changed.is_empty() {
-                dirty.extend(link_and_unlink(&app, changed).await);
+                state.dirty.extend(link_and_unlink(&app, changed).await);
             }
             if reconciled.elapsed() >= RECONCILE_EVERY {
-                dirty.extend(reconcile(&app).await);
+                state.dirty.extend(reconcile(&app).await);
                 reconciled = Instant::now();
             }
-            pass(&app, &mut posted, &mut dirty).await
+            pass(&app, &mut state).await
         } else {
             IDLE_WAIT
         };
@@ -198,55 +212,65 @@ async fn take_over(app: &AppState) {
     }
 }
 
-/// Links and unlinks streams the activity feed named: a deleted stream
-/// leaves every subscription, one re-created under its name starts over,
-/// and a stream with data that a pattern matches is linked before its
-/// first byte. Answers the subscriptions that link the streams now.
+/// Links and unlinks streams the activity feed named: a link to another
+/// incarnation of the name than the stream now there (deleted, created or
+/// re-created) is brought up to date, and a stream with data that a
+/// pattern matches is linked before its first byte. Answers the
+/// subscriptions that link the streams now.
 async fn link_and_unlink(app: &AppState, changed: Vec<String>) -> HashSet<String> {
-    let tails: Vec<(String, Option<u64>)> = changed
+    let states: Vec<(String, Option<Seen>)> = changed
         .into_iter()
         .filter(|name| !is_reserved(name))
         .map(|name| {
-            let tail = tail_of(app, &name);
-            (name, tail)
+            let seen = seen(app, &name);
+            (name, seen)
         })
         .collect();
-    // Per stream, in order: a stream's unlink precedes its relink.
-    let mut commands: Vec<Vec<SubCommand>> = Vec::new();
+    let mut stale = Vec::new();
+    let mut unlinked = Vec::new();
     let mut linking = HashSet::new();
     app.node.with_subscriptions(&mut |subs| {
-        if subs.is_empty() {
-            return;
-        }
-        let wake_streams = wake_streams(subs.iter());
-        for (stream, tail) in &tails {
-            if wake_streams.contains(stream.as_str()) {
-                continue;
-            }
-            let past_tail = subs.linking(stream).any(|s| {
-                let acked = s.links.get(stream).and_then(|l| l.acked);
-                tail.is_none_or(|t| acked.is_some_and(|a| a > t))
-            });
-            let mut for_stream = Vec::new();
-            if past_tail {
-                for_stream.push(SubCommand::StreamDeleted {
-                    stream: stream.clone(),
-                });
-            }
-            let unlinked_match = subs.iter().any(|s| {
-                s.config.pattern_matches(stream) && (past_tail || !s.links.contains_key(stream))
-            });
-            if tail.is_some_and(|t| t > 0) && unlinked_match {
-                for_stream.push(SubCommand::Discover {
-                    stream: stream.clone(),
-                });
-            }
-            if !for_stream.is_empty() {
-                commands.push(for_stream);
+        for (stream, seen) in &states {
+            let now = seen.map(|s| s.id);
+            if subs
+                .linking(stream)
+                .any(|s| s.links.get(stream).is_some_and(|l| l.incarnation != now))
+            {
+                stale.push(stream.clone());
+            } else if let Some(seen) = seen.filter(|s| s.tail > 0) {
+                if subs
+                    .iter()
+                    .any(|s| s.config.watches_by_pattern(stream) && !s.links.contains_key(stream))
+                {
+                    unlinked.push((stream.clone(), seen.id));
+                }
             }
             linking.extend(subs.linking(stream).map(|s| s.id.clone()));
         }
     });
+    // Per stream, in order: a link brought to the stream's incarnation,
+    // then the links the pattern still lacks.
+    let mut commands: Vec<Vec<SubCommand>> = unlinked
+        .into_iter()
+        .map(|(stream, id)| vec![SubCommand::Discover { stream, id }])
+        .collect();
+    for stream in stale {
+        // Rare (a stream deleted, created or re-created under a linked
+        // name): read it again with every acknowledged write, so a copy
+        // that lags is not taken for a deletion.
+        let seen = fresh_seen(app, &stream).await;
+        let mut for_stream = vec![SubCommand::Incarnation {
+            stream: stream.clone(),
+            id: seen.map(|s| s.id),
+        }];
+        if let Some(seen) = seen.filter(|s| s.tail > 0) {
+            for_stream.push(SubCommand::Discover {
+                stream,
+                id: seen.id,
+            });
+        }
+        commands.push(for_stream);
+    }
     let linked: Vec<Vec<String>> = futures::stream::iter(commands)
         .map(|for_stream| async move {
             let mut linked = Vec::new();
@@ -262,16 +286,6 @@ async fn link_and_unlink(app: &AppState, changed: Vec<String>) -> HashSet<String
         .await;
     linking.extend(linked.into_iter().flatten());
     linking
-}
-
-/// The wake streams of pull-wake subscriptions: never linked by a pattern
-/// (a wake event would wake its own subscription again).
-fn wake_streams<'a>(subs: impl Iterator<Item = &'a Subscription>) -> HashSet<&'a str> {
-    subs.filter_map(|s| match &s.config.delivery {
-        Delivery::PullWake { wake_stream } => Some(wake_stream.as_str()),
-        Delivery::Webhook { .. } => None,
-    })
-    .collect()
 }
 
 /// Reads every linked stream, and every stream a pattern matches, as if
@@ -323,11 +337,12 @@ enum Action {
 /// those whose retry is due are woken if work is pending, webhooks due
 /// are POSTed, pull-wakes announced. Answers how long the loop may sleep
 /// before the next deadline.
-async fn pass(
-    app: &AppState,
-    posted: &mut HashMap<String, (u64, u32)>,
-    dirty: &mut HashSet<String>,
-) -> Duration {
+async fn pass(app: &AppState, state: &mut LeaderState) -> Duration {
+    let LeaderState {
+        posted,
+        dirty,
+        failed_announces,
+    } = state;
     let now = now_ms() as u64;
     let mut next_deadline = now + IDLE_WAIT.as_millis() as u64;
     let mut actions = Vec::new();
@@ -338,6 +353,15 @@ async fn pass(
         .expect("announced lock")
         .clone();
     app.node.with_subscriptions(&mut |subs| {
+        // Forget deleted subscriptions.
+        if posted.len() > subs.len() || failed_announces.len() > subs.len() {
+            posted.retain(|id, _| subs.get(id).is_some());
+            failed_announces.retain(|id, _| subs.get(id).is_some());
+        }
+        if announced.len() > subs.len() {
+            let mut kept = app.subscriptions.announced.lock().expect("announced lock");
+            kept.retain(|id, _| subs.get(id).is_some());
+        }
         for sub in subs.iter() {
             let retry_due = sub.retry.is_none_or(|r| r.next_at_ms <= now);
             if let Some(retry) = sub.retry.filter(|r| r.next_at_ms > now) {
@@ -379,7 +403,10 @@ async fn pass(
                     }
                 }
                 Delivery::PullWake { .. } => {
-                    if announced.get(&sub.id) != Some(&wake.generation) {
+                    let backing_off = failed_announces
+                        .get(&sub.id)
+                        .is_some_and(|at| at.elapsed() < ANNOUNCE_RETRY);
+                    if announced.get(&sub.id) != Some(&wake.generation) && !backing_off {
                         actions.push(Action::Announce(Box::new(sub.clone())));
                     }
                 }
@@ -405,7 +432,13 @@ async fn pass(
             Action::Post { sub, attempt } => {
                 tokio::spawn(post(app.clone(), *sub, attempt));
             }
-            Action::Announce(sub) => announce(app, &sub).await,
+            Action::Announce(sub) => {
+                if announce(app, &sub).await {
+                    failed_announces.remove(&sub.id);
+                } else {
+                    failed_announces.insert(sub.id.clone(), Instant::now());
+                }
+            }
         }
     }
     let woke: Vec<bool> = futures::stream::iter(checks)
@@ -475,11 +508,16 @@ async fn post(app: AppState, sub: Subscription, attempt: u32) {
                 propose(&app, SubCommand::Delivered { id, generation }).await;
             }
             if answer.done {
+                // Against the cursors as they are now: a callback may have
+                // moved one past the snapshot meanwhile.
+                let links = subscription(&app, &sub.id)
+                    .map(|s| s.links)
+                    .unwrap_or_default();
                 let acks = wake
                     .snapshot
                     .iter()
                     .filter(|(s, t)| {
-                        sub.links
+                        links
                             .get(*s)
                             .is_some_and(|l| l.acked.is_none_or(|a| **t >= a))
                     })
@@ -528,9 +566,11 @@ async fn post(app: AppState, sub: Subscription, attempt: u32) {
 
 /// Appends the wake event of `sub`'s wake in flight to its wake stream,
 /// as the server itself (through the stream's leader).
-pub async fn announce(app: &AppState, sub: &Subscription) {
+/// Answers whether it was appended (or the wake stream does not exist, so
+/// there is nothing to retry).
+pub async fn announce(app: &AppState, sub: &Subscription) -> bool {
     let (Delivery::PullWake { wake_stream }, Some(wake)) = (&sub.config.delivery, &sub.wake) else {
-        return;
+        return true;
     };
     let stream = wake
         .snapshot
@@ -580,13 +620,14 @@ pub async fn announce(app: &AppState, sub: &Subscription) {
     };
     if let Err(reason) = appended {
         tracing::warn!(subscription = %sub.id, %reason, "wake event not appended; will retry");
-        return;
+        return false;
     }
     app.subscriptions
         .announced
         .lock()
         .expect("announced lock")
         .insert(sub.id.clone(), wake.generation);
+    true
 }
 
 /// Percent-encodes what a path segment may not hold.

@@ -14,7 +14,7 @@ use http::header::{AUTHORIZATION, CACHE_CONTROL, CONTENT_TYPE};
 use http::{HeaderValue, Method, StatusCode};
 use runnel_core::offset::parse_offset;
 use runnel_core::subscription::{
-    Config, Delivery, Keys, SubCommand, SubError, SubOutcome, Subscription,
+    Config, Delivery, Keys, Seen, SubCommand, SubError, SubOutcome, Subscription,
 };
 use runnel_engine::{now_ms, Route};
 use serde::Deserialize;
@@ -59,7 +59,10 @@ pub async fn dispatch(app: &AppState, request: Request) -> Result<Response, ApiE
                 }
                 Method::DELETE => {
                     check_grant(app, &request, scope_of(app, &id)?.iter())?;
-                    app.node.propose_control(SubCommand::Delete { id }).await?;
+                    let now_ms = now_ms() as u64;
+                    app.node
+                        .propose_control(SubCommand::Delete { id, now_ms })
+                        .await?;
                     Ok(StatusCode::NO_CONTENT.into_response())
                 }
                 _ => Err(ApiError::MethodNotAllowed),
@@ -147,31 +150,39 @@ fn json_response(status: StatusCode, value: &serde_json::Value) -> Response {
     response
 }
 
-/// What a subscription watches, for access control: its explicit streams
-/// and the literal prefix of its pattern.
-fn scope(config: &Config) -> Vec<String> {
-    let mut scope = config.streams.clone();
+/// What managing a subscription needs, for access control: `subscribe`
+/// on its explicit streams and its pattern's literal prefix, and, for a
+/// pull-wake subscription, `append` on its wake stream (the server
+/// appends there on its behalf).
+fn scope(config: &Config) -> Vec<(Operation, String)> {
+    let mut scope: Vec<(Operation, String)> = config
+        .streams
+        .iter()
+        .map(|s| (Operation::Subscribe, s.clone()))
+        .collect();
     if let Some(pattern) = &config.pattern {
-        scope.push(pattern.literal_prefix());
+        scope.push((Operation::Subscribe, pattern.literal_prefix()));
+    }
+    if let Delivery::PullWake { wake_stream } = &config.delivery {
+        scope.push((Operation::Append, wake_stream.clone()));
     }
     scope
 }
 
-fn scope_of(app: &AppState, id: &str) -> Result<Vec<String>, ApiError> {
+fn scope_of(app: &AppState, id: &str) -> Result<Vec<(Operation, String)>, ApiError> {
     Ok(scope(&subscription(app, id)?.config))
 }
 
-/// With access control on: the `subscribe` grant on everything `scope`
-/// names.
+/// With access control on: every grant `scope` names.
 fn check_grant<'a>(
     app: &AppState,
     request: &Request,
-    scope: impl Iterator<Item = &'a String>,
+    scope: impl Iterator<Item = &'a (Operation, String)>,
 ) -> Result<(), ApiError> {
     let Some(auth) = &app.auth else {
         return Ok(());
     };
-    let needs: Vec<(Operation, &str)> = scope.map(|s| (Operation::Subscribe, s.as_str())).collect();
+    let needs: Vec<(Operation, &str)> = scope.map(|(op, s)| (*op, s.as_str())).collect();
     auth.check(&Credentials::of(request), Access::Streams(&needs))?;
     Ok(())
 }
@@ -270,20 +281,33 @@ pub(super) fn effective_base(app: &AppState, sub: &Subscription) -> String {
     }
 }
 
-/// Each stream's tail on this node, `None` for streams that do not exist.
-pub(super) fn tail_of(app: &AppState, stream: &str) -> Option<u64> {
-    app.node.head(stream).ok().map(|info| info.next_offset.0)
+/// Stream `stream` as this node applied it: its incarnation and tail,
+/// `None` when it does not exist.
+pub(super) fn seen(app: &AppState, stream: &str) -> Option<Seen> {
+    app.node.head(stream).ok().map(|info| Seen {
+        id: info.id,
+        tail: info.next_offset.0,
+    })
 }
 
-/// A stream's tail including every write acknowledged before the call
-/// (this node may follow the stream's group a little behind).
-async fn fresh_tail(app: &AppState, stream: &str) -> Option<u64> {
+/// Each stream's tail on this node, `None` for streams that do not exist.
+pub(super) fn tail_of(app: &AppState, stream: &str) -> Option<u64> {
+    seen(app, stream).map(|s| s.tail)
+}
+
+/// [`seen`], including every write acknowledged before the call (this
+/// node may follow the stream's group a little behind).
+pub(super) async fn fresh_seen(app: &AppState, stream: &str) -> Option<Seen> {
     if matches!(app.node.route(stream), Route::Local) {
         let _ = app.node.read_barrier(stream).await;
     } else {
         app.node.prepare_live_read(stream).await;
     }
-    tail_of(app, stream)
+    seen(app, stream)
+}
+
+async fn fresh_tail(app: &AppState, stream: &str) -> Option<u64> {
+    fresh_seen(app, stream).await.map(|s| s.tail)
 }
 
 async fn put(app: &AppState, id: String, request: Request) -> Result<Response, ApiError> {
@@ -292,20 +316,23 @@ async fn put(app: &AppState, id: String, request: Request) -> Result<Response, A
     let config = Config::parse(&bytes, &app.config.webhook_policy)?;
     check_grant(app, &request, scope(&config).iter())?;
     let signer = signer(app).await?;
-    let mut tails: Vec<(String, Option<u64>)> = config
+    let mut tails: Vec<(String, Option<Seen>)> = config
         .streams
         .iter()
-        .map(|s| (s.clone(), tail_of(app, s)))
+        .map(|s| (s.clone(), seen(app, s)))
         .collect();
-    if let Some(pattern) = &config.pattern {
+    if config.pattern.is_some() {
         let matching = app
             .node
-            .streams_where(&|name| pattern.matches(name) && !super::is_reserved(name));
+            .streams_where(&|name| config.watches_by_pattern(name) && !super::is_reserved(name));
         tails.extend(
             matching
                 .into_iter()
                 .filter(|(name, _)| config.streams.binary_search(name).is_err())
-                .map(|(name, tail)| (name, Some(tail))),
+                .map(|(name, _)| {
+                    let seen = seen(app, &name);
+                    (name, seen)
+                }),
         );
     }
     let outcome = app
@@ -344,12 +371,16 @@ async fn add_streams(app: &AppState, id: String, request: Request) -> Result<Res
     if streams.iter().any(String::is_empty) {
         return Err(SubError::invalid("streams may not hold an empty name").into());
     }
-    check_grant(app, &request, scope_of(app, &id)?.iter().chain(&streams))?;
+    let linking: Vec<(Operation, String)> = streams
+        .iter()
+        .map(|s| (Operation::Subscribe, s.clone()))
+        .collect();
+    check_grant(app, &request, scope_of(app, &id)?.iter().chain(&linking))?;
     let tails = streams
         .into_iter()
         .map(|s| {
-            let tail = tail_of(app, &s);
-            (s, tail)
+            let seen = seen(app, &s);
+            (s, seen)
         })
         .collect();
     app.node

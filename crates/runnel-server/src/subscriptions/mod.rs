@@ -44,7 +44,7 @@ const FORWARDED_BASE: HeaderName = HeaderName::from_static("runnel-forwarded-bas
 
 /// Whether `name` (a decoded stream path) is in the reserved namespace.
 pub fn is_reserved(name: &str) -> bool {
-    name.split('/').next() == Some(RESERVED_SEGMENT)
+    name.trim_start_matches('/').split('/').next() == Some(RESERVED_SEGMENT)
 }
 
 /// What the server keeps for subscriptions besides their replicated
