@@ -63,14 +63,14 @@ enum StreamCommand {
     /// Print a stream's history from an offset (-1: the start).
     Cat {
         name: String,
-        #[arg(long, default_value = "-1")]
+        #[arg(long, default_value = "-1", allow_hyphen_values = true)]
         offset: String,
     },
     /// Print what is appended, live, from an offset (now: the tail);
     /// reconnects after disconnects and ends when the stream is closed.
     Tail {
         name: String,
-        #[arg(long, default_value = "now")]
+        #[arg(long, default_value = "now", allow_hyphen_values = true)]
         offset: String,
     },
     /// Delete a stream.
