@@ -258,3 +258,35 @@ fn the_log_benchmark_runs() {
         assert!(r["sync_p99_ms"].as_f64().unwrap() >= 0.01, "{r}");
     }
 }
+
+/// The three command lines the published benchmark prints run as printed
+/// (the target aside) and finish with their workload's counts: a minute
+/// and a half of load, so this is the longest test of the file.
+#[test]
+fn the_published_command_lines_run_as_printed() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let server = runtime.block_on(Server::start(&dir.path().join("db"), &[]));
+    for (i, line) in [
+        "fan-out --subscribers 1000 --writer-rate 50 --duration-secs 30",
+        "multi-stream --streams 500 --duration-secs 30 --payload-bytes 256",
+        "bootstrap --clients 1000 --pre-events 200 --per-client-stream",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let json = dir.path().join(format!("{i}.json"));
+        let mut args: Vec<&str> = line.split(' ').collect();
+        args.extend([
+            "--target",
+            &server.base,
+            "--quiet",
+            "--json",
+            json.to_str().unwrap(),
+        ]);
+        bench(&args);
+        let r = result(&json);
+        assert!(r["counts"]["ok"].as_u64().unwrap() > 0, "{line}: {r}");
+        assert_eq!(r["counts"]["error"], 0, "{line}: {r}");
+    }
+}
