@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# One writer's append latency, measured by two clients against the same
-# servers in one script, so the benchmark client's own cost shows: a
-# plain Python `http.client` loop (one keep-alive connection, 256-byte
-# appends, closed loop) and `runnel bench multi-stream --streams 1`.
+# One writer's append latency, measured by three clients against the
+# same servers in one script, so the benchmark client's own cost shows: a
+# plain Python `http.client` loop, a minimal std-only Rust client
+# (bench/minimal_client.rs, compiled here with rustc; it shares no code
+# with runnel bench), each one keep-alive connection, 256-byte appends,
+# closed loop, and `runnel bench multi-stream --streams 1`.
 #
 #   runnel    `runnel serve` (durable appends, --sync batch)
 #   nosync    `runnel serve --sync never`
@@ -45,13 +47,18 @@ print(f"{p(0.5):.3f} {p(0.99):.3f}")
 PY
 }
 
+rustc -O --edition 2021 -o "$work/minimal-client" "$here/minimal_client.rs"
+minimal_client() { # PORT STREAM
+  "$work/minimal-client" "$1" "$2" "$count"
+}
+
 bench_client() { # PORT LABEL
   "$bin" bench multi-stream --target "http://127.0.0.1:$1" --streams 1 \
     --duration-secs 5 --quiet --label "$2" --json "$work/$2.json" >/dev/null
   python3 -c 'import json,sys; r=json.load(open(sys.argv[1]))["latency"]; print("%.3f %.3f" % (r["p50_ms"], r["p99_ms"]))' "$work/$2.json"
 }
 
-printf '%-9s %-26s %-26s\n' server "python http.client p50/p99" "runnel bench p50/p99 (ms)"
+printf '%-9s %-26s %-26s %-26s\n' server "python http.client p50/p99" "minimal client p50/p99" "runnel bench p50/p99 (ms)"
 for setup in runnel nosync baseline; do
   # A port of its own per server: a closed server's port may still hold
   # connections in TIME_WAIT, which the baseline server cannot bind past.
@@ -64,8 +71,9 @@ for setup in runnel nosync baseline; do
   pid=$!
   wait_port "$port"
   py=$(python_loop "$port" "floor-$setup" | tail -1)
+  mc=$(minimal_client "$port" "minimal-$setup" | tail -1)
   rb=$(bench_client "$port" "$setup" | tail -1)
-  printf '%-9s %-26s %-26s\n' "$setup" "$py" "$rb"
+  printf '%-9s %-26s %-26s %-26s\n' "$setup" "$py" "$mc" "$rb"
   kill "$pid"
   wait "$pid" 2>/dev/null || true
   pid=
