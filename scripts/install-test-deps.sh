@@ -4,7 +4,9 @@
 #   virtualenv at target/test-venv, for the tiering tests;
 # - the conformance suite's npm packages (conformance/package-lock.json);
 # - Debian's nftables, for the partition test's packet drops;
-# - Debian's openssl, for the TLS tests' throwaway certificates.
+# - Debian's openssl, for the TLS tests' throwaway certificates;
+# - Debian's chromium and puppeteer-core (console/package-lock.json), for
+#   the console's browser test.
 # Re-running it is cheap: each part is skipped when already installed at
 # the pinned versions.
 set -euo pipefail
@@ -20,6 +22,7 @@ if [ ! -x "$venv/bin/moto_server" ] || ! cmp -s "$requirements" "$venv/.installe
 fi
 
 (cd "$root/conformance" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+(cd "$root/console" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
 
 # The partition test drops packets with nftables inside its namespaces.
 nftables_version=1.0.6-2+deb12u2
@@ -37,4 +40,13 @@ if ! command -v openssl >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q "openssl=$openssl_version" >/dev/null ||
     { apt-get update -q >/dev/null && apt-get install -y -q "openssl=$openssl_version" >/dev/null; }
+fi
+
+# The console's browser test drives Debian's chromium (scripts/console-test.sh).
+chromium_version=148.0.7778.167-1~deb12u1
+if [ "$(dpkg-query -W -f='${Version}' chromium 2>/dev/null)" != "$chromium_version" ]; then
+  echo "== installing chromium $chromium_version (console test)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "chromium=$chromium_version" >/dev/null ||
+    { apt-get update -q >/dev/null && apt-get install -y -q "chromium=$chromium_version" >/dev/null; }
 fi

@@ -3,7 +3,8 @@
 # Rust unit, property, integration and crash tests (the tiering tests
 # against moto's S3 server), the Durable Streams conformance suite against
 # the release binary (single node and cluster, with tiering forced on tiny
-# thresholds, and over HTTPS with the cluster on mutual TLS), the power-loss and IO-error tests on runnel-faultfs, the
+# thresholds, and over HTTPS with the cluster on mutual TLS), the console
+# in headless Chromium, the power-loss and IO-error tests on runnel-faultfs, the
 # fuzz targets for a bounded time (cargo-fuzz, pinned, installed if
 # missing), and the partition test (a cluster in network namespaces,
 # runnel-netfault).
@@ -36,6 +37,8 @@ echo "== conformance suite over HTTPS"
 scripts/conformance.sh "$bin" --tls
 echo "== conformance suite over HTTPS (HTTP/2) through a 3-node cluster on mutual TLS"
 scripts/conformance.sh "$bin" --cluster --h2
+echo "== the console in headless Chromium"
+scripts/console-test.sh "$bin"
 
 # Power loss: checkpoints, segment rolls, preallocation and tiered-chunk
 # reclaim all happen during the cycles.

@@ -10,6 +10,7 @@
 
 pub mod auth;
 pub mod connection;
+pub mod console;
 pub mod cursor;
 pub mod direct_connection;
 pub mod error;
@@ -74,6 +75,8 @@ pub struct ServerConfig {
     pub webhook_policy: runnel_core::subscription::UrlPolicy,
     /// How long one webhook delivery may take before it counts as failed.
     pub webhook_timeout: Duration,
+    /// Serve the web console at `/console`.
+    pub console: bool,
 }
 
 impl Default for ServerConfig {
@@ -96,6 +99,7 @@ impl Default for ServerConfig {
             https: false,
             webhook_policy: Default::default(),
             webhook_timeout: Duration::from_secs(10),
+            console: true,
         }
     }
 }

@@ -65,6 +65,9 @@ async fn route(app: AppState, request: Request<Body>) -> Response {
         }
         return handlers::stream(app, request).await;
     }
+    if app.config.console && crate::console::serves(path) {
+        return crate::console::handle(request.method(), path);
+    }
     if path == handlers::list::PATH {
         return handlers::list::list(&app, request)
             .await

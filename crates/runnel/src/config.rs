@@ -197,6 +197,10 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default)]
     pub allow_dev_webhooks: bool,
+    /// Do not serve the web console at /console.
+    #[arg(long)]
+    #[serde(default)]
+    pub no_console: bool,
     /// How long a webhook receiver may take to answer before the delivery
     /// counts as failed and is retried [default: 10000].
     #[arg(long)]
@@ -534,6 +538,7 @@ impl ServeArgs {
             }
         }
         server.https = tls.is_some();
+        server.console = !(self.no_console || file.no_console);
         if let Some(ms) = pick!(webhook_timeout_ms) {
             server.webhook_timeout = Duration::from_millis(ms.max(1));
         }

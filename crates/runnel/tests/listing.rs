@@ -1,6 +1,8 @@
 //! `GET /v1/streams`: pages in name order under a prefix, deleted and
 //! expired streams left out, and in a cluster every acknowledged create
-//! listed by whichever node answers.
+//! listed by whichever node answers. And the console's files, which use
+//! the listing (the console itself is driven in a browser by
+//! scripts/console-test.sh).
 
 mod common;
 
@@ -120,4 +122,44 @@ async fn any_cluster_node_lists_every_acknowledged_create() {
         let listed = all_pages(&client, &cluster.base((i + 1) % 3), "s%2F", 50).await;
         assert_eq!(listed, expected[..=i].to_vec());
     }
+}
+
+/// The console's three files come with a policy that runs no script but
+/// their own; `--no-console` turns them off.
+#[tokio::test]
+async fn the_console_is_served_with_a_strict_policy_unless_turned_off() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(&dir.path().join("a"), &[]).await;
+    let client = reqwest::Client::new();
+    for (path, kind) in [
+        ("/console", "text/html"),
+        ("/console/app.js", "text/javascript"),
+        ("/console/app.css", "text/css"),
+    ] {
+        let r = client
+            .get(format!("{}{path}", server.base))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200, "{path}");
+        assert!(r.headers()["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with(kind));
+        let policy = r.headers()["content-security-policy"].to_str().unwrap();
+        assert!(policy.contains("script-src 'self'") && policy.contains("default-src 'none'"));
+    }
+    let r = client
+        .get(format!("{}/console/nope.js", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let off = Server::start(&dir.path().join("b"), &["--no-console"]).await;
+    let r = client
+        .get(format!("{}/console", off.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
 }
