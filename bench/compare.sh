@@ -51,17 +51,7 @@ start_system() {
       "$RUNNEL" serve --listen "127.0.0.1:$PORT" --data-dir "$data" >"$data.log" 2>&1 & ;;
     durable-rust)
       api=durable
-      cat >"$data.toml" <<EOF
-[server]
-bind_address = "127.0.0.1:$PORT"
-[limits]
-max_memory_bytes = 17179869184
-max_stream_bytes = 4294967296
-[storage]
-mode = "file-durable"
-data_dir = "$data"
-EOF
-      "$PEERS/bin/durable-streams-server" --config "$data.toml" >"$data.log" 2>&1 & ;;
+      start_durable_rust "$PEERS" "$PORT" "$data" "$data.log" ;;
     durable-node)
       api=durable
       node --input-type=module -e "

@@ -53,3 +53,24 @@ ratios = ", ".join(f"{s}/{baseline} {rate[s] / rate[baseline]:.2f}x" for s in se
 print(f"mean appends/s: {line}; {ratios}")
 PY
 }
+
+# start_durable_rust PEERS PORT DATA LOG: starts the Durable Streams Rust
+# server (durable-streams-server 0.3.0, installed into PEERS if missing)
+# in the background on 127.0.0.1:PORT, fsyncing every append
+# (`file-durable`) into DATA, logging to LOG; its pid is then in $!.
+start_durable_rust() {
+  local peers=$1 port=$2 data=$3 log=$4
+  [ -x "$peers/bin/durable-streams-server" ] ||
+    cargo install --locked --root "$peers" durable-streams-server@0.3.0
+  cat >"$data.toml" <<TOML
+[server]
+bind_address = "127.0.0.1:$port"
+[limits]
+max_memory_bytes = 17179869184
+max_stream_bytes = 4294967296
+[storage]
+mode = "file-durable"
+data_dir = "$data"
+TOML
+  "$peers/bin/durable-streams-server" --config "$data.toml" >>"$log" 2>&1 &
+}

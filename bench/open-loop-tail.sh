@@ -37,19 +37,7 @@ start() { # SYSTEM DATA: sets pid and api
       "$RUNNEL" serve --listen "127.0.0.1:$port" --data-dir "$2" --object-store none >"$2.log" 2>&1 & ;;
     durable-rust)
       api=durable
-      [ -x "$PEERS/bin/durable-streams-server" ] ||
-        cargo install --locked --root "$PEERS" durable-streams-server@0.3.0
-      cat >"$2.toml" <<TOML
-[server]
-bind_address = "127.0.0.1:$port"
-[limits]
-max_memory_bytes = 17179869184
-max_stream_bytes = 4294967296
-[storage]
-mode = "file-durable"
-data_dir = "$2"
-TOML
-      "$PEERS/bin/durable-streams-server" --config "$2.toml" >"$2.log" 2>&1 & ;;
+      start_durable_rust "$PEERS" "$port" "$2" "$2.log" ;;
     *) echo "unknown system $1" >&2; exit 2 ;;
   esac
   pid=$!

@@ -46,17 +46,7 @@ start() { # system data-dir
       "$bin" serve --listen "127.0.0.1:$port" --data-dir "$2" --object-store "file://$2.bucket" \
         --tier-max-age-secs "${TIER_AGE:-30}" --tier-interval-ms 200 >>"$2.log" 2>&1 & ;;
     durable-rust)
-      cat >"$2.toml" <<EOF
-[server]
-bind_address = "127.0.0.1:$port"
-[limits]
-max_memory_bytes = 17179869184
-max_stream_bytes = 4294967296
-[storage]
-mode = "file-durable"
-data_dir = "$2"
-EOF
-      "$peers/bin/durable-streams-server" --config "$2.toml" >>"$2.log" 2>&1 & ;;
+      start_durable_rust "$peers" "$port" "$2" "$2.log" ;;
   esac
   pid=$!
   wait_port "$port"
