@@ -9,6 +9,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::AtomicI64;
 
+use crate::chunk_index::ChunkIndex;
 use crate::codec::{CodecError, Reader, Writer};
 use crate::command::{read_fork, write_fork, Retention};
 use crate::fork_copy::RemotePin;
@@ -26,24 +27,76 @@ use std::sync::Arc;
 /// still load.
 const CHECKPOINT_VERSION: u8 = 4;
 
+/// A group's state taken for a checkpoint under its lock, encoded after.
+///
+/// Taking it encodes everything but the streams' hot chunk indexes, which
+/// are shared instead ([`ChunkIndex`] clones copy block pointers): the
+/// chunks are the bulk of a large group's checkpoint, and encoding them
+/// under the state lock stalled every append to the group for as long.
+pub struct CheckpointCapture {
+    /// The encoding without hot chunks.
+    bytes: Vec<u8>,
+    /// Where each stream's hot chunks go in `bytes`, in order.
+    cuts: Vec<(usize, ChunkIndex)>,
+    /// Log ranges of snapshots stored in the log.
+    snapshot_ranges: Vec<(u64, u64)>,
+}
+
+impl CheckpointCapture {
+    /// Appends the checkpoint encoding (as [`StreamsState::encode_checkpoint`]
+    /// would have written at capture time) to `out`.
+    pub fn encode_into(&self, out: &mut Vec<u8>) {
+        let mut w = Writer::wrap(std::mem::take(out));
+        let mut from = 0;
+        for (cut, chunks) in &self.cuts {
+            w.raw(&self.bytes[from..*cut]);
+            encode_chunks(&mut w, chunks);
+            from = *cut;
+        }
+        w.raw(&self.bytes[from..]);
+        *out = w.finish();
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::new();
+        self.encode_into(&mut out);
+        out
+    }
+
+    /// Every log range a live byte of the captured state lives at (see
+    /// [`StreamsState::live_ranges`]).
+    pub fn live_ranges(&self) -> Vec<(u64, u64)> {
+        let mut ranges = self.snapshot_ranges.clone();
+        for (_, chunks) in &self.cuts {
+            ranges.extend(chunks.iter().map(|c| (c.loc, c.len)));
+        }
+        ranges
+    }
+}
+
 impl StreamsState {
     /// Encodes the whole state.
     pub fn encode_checkpoint(&self) -> Vec<u8> {
-        let mut out = Vec::new();
-        self.encode_checkpoint_into(&mut out);
-        out
+        self.capture_checkpoint().encode()
     }
 
     /// Appends the encoding of the whole state to `out`.
     pub fn encode_checkpoint_into(&self, out: &mut Vec<u8>) {
-        let mut w = Writer::wrap(std::mem::take(out));
+        self.capture_checkpoint().encode_into(out)
+    }
+
+    /// Takes the state for a checkpoint cheaply enough to do under the
+    /// group's lock; encode the capture after releasing it.
+    pub fn capture_checkpoint(&self) -> CheckpointCapture {
+        let mut w = Writer::wrap(Vec::new());
+        let mut cuts = Vec::with_capacity(self.streams.len());
         w.u8(CHECKPOINT_VERSION);
         w.u64(self.next_id);
         let mut ids: Vec<_> = self.streams.keys().copied().collect();
         ids.sort_unstable();
         w.u64(ids.len() as u64);
         for id in ids {
-            encode_stream(&mut w, &self.streams[&id]);
+            encode_stream(&mut w, &self.streams[&id], &mut cuts);
         }
         w.u64(self.doomed.next_seq);
         w.u64(self.doomed.items.len() as u64);
@@ -57,7 +110,11 @@ impl StreamsState {
         let subscriptions =
             serde_json::to_string(&self.subscriptions).expect("subscriptions serialize");
         w.str(&subscriptions);
-        *out = w.finish();
+        CheckpointCapture {
+            bytes: w.finish(),
+            cuts,
+            snapshot_ranges: self.snapshot_ranges(),
+        }
     }
 
     /// Decodes a state written by [`StreamsState::encode_checkpoint`].
@@ -122,7 +179,7 @@ impl StreamsState {
     /// relocates; a chunk is one contiguous range, so it moves as a whole.
     pub fn relocate(&mut self, relocate: impl Fn(u64) -> u64) {
         for s in self.streams.values_mut() {
-            for chunk in &mut s.chunks {
+            for chunk in s.chunks.iter_mut() {
                 chunk.loc = relocate(chunk.loc);
             }
             let Some(x) = s.extras.as_deref_mut() else {
@@ -138,9 +195,17 @@ impl StreamsState {
     }
 
     pub fn live_ranges(&self) -> Vec<(u64, u64)> {
-        let mut ranges = Vec::new();
+        let mut ranges = self.snapshot_ranges();
         for s in self.streams.values() {
             ranges.extend(s.chunks.iter().map(|c| (c.loc, c.len)));
+        }
+        ranges
+    }
+
+    /// Log ranges of the snapshots stored in the log.
+    fn snapshot_ranges(&self) -> Vec<(u64, u64)> {
+        let mut ranges = Vec::new();
+        for s in self.streams.values() {
             let snaps = s.x().snapshots.values().chain(s.x().server_snapshot.iter());
             ranges.extend(snaps.filter_map(|snap| match snap.placement {
                 Placement::Log(loc) => Some((loc, snap.len)),
@@ -151,7 +216,9 @@ impl StreamsState {
     }
 }
 
-fn encode_stream(w: &mut Writer, s: &StreamState) {
+/// Encodes a stream, leaving out its hot chunks: their place and index
+/// go to `cuts`.
+fn encode_stream(w: &mut Writer, s: &StreamState, cuts: &mut Vec<(usize, ChunkIndex)>) {
     w.u64(s.id);
     w.str(&s.name);
     w.str(&s.content_type);
@@ -170,14 +237,7 @@ fn encode_stream(w: &mut Writer, s: &StreamState) {
         None => w.bool(false),
     }
     write_fork(w, s.x().fork_spec.as_ref());
-    w.u64(s.chunks.len() as u64);
-    for c in &s.chunks {
-        w.u64(c.start);
-        w.u64(c.len);
-        w.u64(c.loc);
-        w.i64(c.at_ms);
-        w.u32_list(c.message_ends.as_deref().unwrap_or(&[]));
-    }
+    cuts.push((w.len(), s.chunks.clone()));
     w.u64(s.cold_chunks().len() as u64);
     for c in s.cold_chunks() {
         c.write(w);
@@ -261,6 +321,17 @@ fn decode_snapshot(r: &mut Reader<'_>, version: u8) -> Result<SnapshotRef, Codec
     })
 }
 
+fn encode_chunks(w: &mut Writer, chunks: &ChunkIndex) {
+    w.u64(chunks.len() as u64);
+    for c in chunks.iter() {
+        w.u64(c.start);
+        w.u64(c.len);
+        w.u64(c.loc);
+        w.i64(c.at_ms);
+        w.u32_list(c.message_ends.as_deref().unwrap_or(&[]));
+    }
+}
+
 fn decode_stream(
     r: &mut Reader<'_>,
     version: u8,
@@ -285,7 +356,7 @@ fn decode_stream(
     };
     let fork_spec = read_fork(r)?;
     let chunk_count = r.u64()?;
-    let mut chunks = Vec::new();
+    let mut chunks = ChunkIndex::default();
     for _ in 0..chunk_count {
         let (start, len, loc, at_ms) = (r.u64()?, r.u64()?, r.u64()?, r.i64()?);
         let ends = r.u32_list()?;

@@ -73,6 +73,10 @@ impl Writer {
             self.u32(*x);
         }
     }
+    /// Bytes written so far.
+    pub fn len(&self) -> usize {
+        self.buf.len()
+    }
     pub fn raw(&mut self, v: &[u8]) {
         self.buf.extend_from_slice(v);
     }

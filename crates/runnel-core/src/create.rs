@@ -141,7 +141,7 @@ impl StreamsState {
             last_access_ms: AtomicI64::new(now),
             closed: c.closed,
             tail: start,
-            chunks: Vec::new(),
+            chunks: Default::default(),
             fork_refs: 0,
             soft_deleted: false,
             earliest,
@@ -149,7 +149,7 @@ impl StreamsState {
             extras: (!plain).then(|| Box::new(extras)),
         };
         if let Some(m) = material {
-            stream.chunks = m.stored_chunks(loc);
+            stream.chunks = m.stored_chunks(loc).into();
         }
         self.hot_bytes += inherited_len;
         self.hot_bytes += push_chunk(

@@ -129,7 +129,7 @@ impl StreamsState {
             let (mut hot_freed, mut cold_freed) = (0, 0);
             if s.fork_refs == 0 {
                 let dead = s.chunks.partition_point(|c| c.end() <= before);
-                hot_freed = s.chunks.drain(..dead).map(|c| c.len).sum::<u64>();
+                hot_freed = s.chunks.remove_front(dead);
                 let cold = s.extras.as_deref_mut().map_or(Vec::new(), |x| {
                     let dead = x.cold.partition_point(|c| c.end <= before);
                     x.cold.drain(..dead).collect()

@@ -12,6 +12,7 @@
 //! the same state.
 
 pub mod checkpoint;
+mod chunk_index;
 mod codec;
 pub mod command;
 mod create;

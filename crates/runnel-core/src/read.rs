@@ -183,7 +183,7 @@ impl StreamsState {
                 }
             }
             let first = stream.chunks.partition_point(|c| c.end() <= lo);
-            for chunk in &stream.chunks[first..] {
+            for chunk in stream.chunks.iter_from(first) {
                 if chunk.start >= hi || taken >= budget {
                     break;
                 }

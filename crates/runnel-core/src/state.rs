@@ -660,7 +660,6 @@ pub(crate) fn push_chunk(
     if data_len == 0 {
         return 0;
     }
-    grow_gently(&mut s.chunks);
     s.chunks.push(Chunk {
         start: s.tail,
         len: data_len,

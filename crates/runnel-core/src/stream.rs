@@ -7,6 +7,7 @@ use std::sync::LazyLock;
 
 use std::sync::Arc;
 
+use crate::chunk_index::ChunkIndex;
 use crate::command::{ForkFrom, Retention, StreamId};
 use crate::fork_copy::RemotePin;
 use crate::tier::{ColdChunk, Placement};
@@ -130,7 +131,7 @@ pub struct StreamState {
     /// History before this position was trimmed (reads there get 410).
     pub earliest: u64,
     /// Hot history: one entry per append, in this node's log.
-    pub(crate) chunks: Vec<Chunk>,
+    pub(crate) chunks: ChunkIndex,
     pub(crate) extras: Option<Box<Extras>>,
 }
 
@@ -243,13 +244,7 @@ impl StreamState {
     /// Bytes of index memory this stream holds (for the memory budget and
     /// documentation of index cost per GiB).
     pub fn index_bytes(&self) -> usize {
-        self.x().cold.capacity() * std::mem::size_of::<ColdChunk>()
-            + self.chunks.capacity() * std::mem::size_of::<Chunk>()
-            + self
-                .chunks
-                .iter()
-                .map(|c| c.message_ends.as_ref().map_or(0, |m| m.len() * 4))
-                .sum::<usize>()
+        self.x().cold.capacity() * std::mem::size_of::<ColdChunk>() + self.chunks.memory_bytes()
     }
 }
 

@@ -530,6 +530,27 @@ proptest! {
             .collect();
         prop_assert_eq!(after, before);
     }
+
+    /// A checkpoint capture encodes the state as it was when taken, and
+    /// names the live log ranges it had, whatever the group did after.
+    #[test]
+    fn a_capture_keeps_the_state_it_was_taken_from(ops in proptest::collection::vec(op(), 1..60)) {
+        let mut h = Harness::default();
+        let mut now = T0;
+        let mut taken = Vec::new();
+        for op in &ops {
+            run_op(&mut h, &mut now, op);
+            let mut live = h.state.live_ranges();
+            live.sort_unstable();
+            taken.push((h.state.capture_checkpoint(), h.state.encode_checkpoint(), live));
+        }
+        for (capture, encoded, live) in taken {
+            prop_assert_eq!(capture.encode(), encoded);
+            let mut captured_live = capture.live_ranges();
+            captured_live.sort_unstable();
+            prop_assert_eq!(captured_live, live);
+        }
+    }
 }
 
 #[test]

@@ -270,10 +270,7 @@ impl StreamsState {
         if covered == 0 || s.chunks[covered - 1].end() != chunk.end {
             return Err(refused("the chunk does not end on an append boundary"));
         }
-        s.chunks.drain(..covered);
-        if s.chunks.capacity() > 2 * s.chunks.len() + 8 {
-            s.chunks.shrink_to_fit();
-        }
+        s.chunks.remove_front(covered);
         let cold = &mut s.x_mut().cold;
         crate::state::grow_gently(cold);
         cold.push(chunk.clone());
@@ -384,7 +381,7 @@ impl StreamsState {
             .map(|(_, s)| {
                 let mut pieces = Vec::new();
                 let mut len = 0;
-                for c in &s.chunks {
+                for c in s.chunks.iter() {
                     if !pieces.is_empty() && len + c.len > policy.max_bytes {
                         break;
                     }
@@ -512,7 +509,7 @@ impl StreamsState {
             if keep_to < s.tail || !s.chunks.is_empty() {
                 lost += s.tail - keep_to;
                 s.tail = keep_to;
-                s.chunks = Vec::new();
+                s.chunks.clear();
                 s.closed = false;
                 if let Some(x) = s.extras.as_deref_mut() {
                     x.producers.clear();

@@ -20,6 +20,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use runnel_core::checkpoint::CheckpointCapture;
 use runnel_core::StreamsState;
 use runnel_log::Log;
 
@@ -108,11 +109,11 @@ impl FileWriter {
     }
 
     /// Adds the next group: its applied position and state.
-    pub fn group(&mut self, applied_end: u64, state: &StreamsState) {
+    pub fn group(&mut self, applied_end: u64, state: &CheckpointCapture) {
         self.bytes.extend_from_slice(&applied_end.to_le_bytes());
         let len_at = self.bytes.len();
         self.bytes.extend_from_slice(&[0; 8]);
-        state.encode_checkpoint_into(&mut self.bytes);
+        state.encode_into(&mut self.bytes);
         let len = (self.bytes.len() - len_at - 8) as u64;
         self.bytes[len_at..len_at + 8].copy_from_slice(&len.to_le_bytes());
     }

@@ -105,15 +105,23 @@ impl LocalGroup {
     }
 
     /// The group's state, its applied position and its live log ranges,
-    /// captured together.
+    /// captured together. The state lock is held only to capture the
+    /// state; its chunks are encoded after (appends go on meanwhile).
     pub(crate) fn checkpoint(&self, file: &mut FileWriter) -> GroupCheckpoint {
-        let state = self.view.state.read().expect("state lock");
-        let applied_end = self.applied_end.load(Ordering::Acquire);
-        file.group(applied_end, &state);
+        let (capture, applied_end, doomed_next) = {
+            let state = self.view.state.read().expect("state lock");
+            let applied_end = self.applied_end.load(Ordering::Acquire);
+            (
+                state.capture_checkpoint(),
+                applied_end,
+                state.doomed_next_seq(),
+            )
+        };
+        file.group(applied_end, &capture);
         GroupCheckpoint {
             applied_end,
-            live: state.live_ranges(),
-            doomed_next: state.doomed_next_seq(),
+            live: capture.live_ranges(),
+            doomed_next,
         }
     }
 

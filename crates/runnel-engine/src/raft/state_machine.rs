@@ -359,10 +359,12 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
     async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError> {
         let shared = &self.shared;
         let _gate = shared.file_gate.lock().await;
-        let (state, live, point) = shared.view.with_state(|state| {
+        let (capture, point) = shared.view.with_state(|state| {
             let point = shared.applied.lock().expect("applied lock").clone();
-            (state.encode_checkpoint(), state.live_ranges(), point)
+            (state.capture_checkpoint(), point)
         });
+        // Encoded outside the state lock: applies go on meanwhile.
+        let (state, live) = (capture.encode(), capture.live_ranges());
         let (vote, replay_from) = {
             let index = shared.index.lock().expect("raft index lock");
             let log_end = shared.view.log.durable_position();

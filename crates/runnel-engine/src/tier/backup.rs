@@ -111,7 +111,7 @@ pub async fn restore(
         lost_bytes += state.keep_only_tiered();
         streams += state.stream_count();
         // A fresh, empty log: nothing to replay.
-        file.group(0, &state);
+        file.group(0, &state.capture_checkpoint());
     }
     runnel_log::create_dir_durable(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
     checkpoint::store(dir, &file.finish())
