@@ -2,13 +2,16 @@
 // stream, appends, sees the message arrive live, pauses and resumes the
 // tail, pages history, forks and deletes, checks that markup appended to
 // a stream stays inert text, and visits the cluster page and the list on
-// a phone-sized screen. Screenshots go to SCREENSHOT_DIR.
+// a phone-sized screen; against CONSOLE_AUTH_URL (a server with access
+// control), live-tails with the token CONSOLE_AUTH_TOKEN. Screenshots go
+// to SCREENSHOT_DIR.
 import assert from "node:assert/strict";
 import puppeteer from "puppeteer-core";
 
 const base = process.env.CONSOLE_TEST_URL;
 const shots = process.env.SCREENSHOT_DIR;
-assert.ok(base && shots, "CONSOLE_TEST_URL and SCREENSHOT_DIR are needed");
+assert.ok(base && shots && process.env.CONSOLE_AUTH_URL && process.env.CONSOLE_AUTH_TOKEN,
+  "CONSOLE_TEST_URL, CONSOLE_AUTH_URL, CONSOLE_AUTH_TOKEN and SCREENSHOT_DIR are needed");
 
 const api = (method, name, body, contentType) =>
   fetch(`${base}/v1/stream/${name.split("/").map(encodeURIComponent).join("/")}`, {
@@ -134,6 +137,28 @@ try {
   const overflow = await page.evaluate(() => document.documentElement.scrollWidth > window.innerWidth + 1);
   assert.equal(overflow, false, "no sideways scrolling on a phone");
   await page.screenshot({ path: `${shots}/phone.png`, fullPage: true });
+
+  step("with access control: the token reads the list, and the live tail reads with a minted read token");
+  const authBase = process.env.CONSOLE_AUTH_URL;
+  const token = process.env.CONSOLE_AUTH_TOKEN;
+  const authed = (method, name, body) =>
+    fetch(`${authBase}/v1/stream/${name}`, {
+      method,
+      body,
+      headers: { "content-type": "text/plain", authorization: `Bearer ${token}` },
+    });
+  assert.equal((await authed("PUT", "private")).status, 201);
+  await page.setViewport({ width: 1100, height: 800 });
+  await page.goto(`${authBase}/console`);
+  await waitForText("#status", "401");
+  await page.type("#token", token);
+  await page.keyboard.press("Tab");
+  await page.goto(`${authBase}/console#/stream/private`);
+  await page.waitForSelector("#live-toggle");
+  await page.click("#live-toggle");
+  await waitForText("#status", "Live tail running");
+  assert.equal((await authed("POST", "private", "for token holders")).status, 204);
+  await waitForText("#live li pre", "for token holders");
 
   assert.deepEqual(errors, [], "no script errors");
   step("all checks passed");

@@ -11,18 +11,34 @@ data=$(mktemp -d)
 shots=$root/target/console-screenshots
 mkdir -p "$shots"
 port=$((20000 + RANDOM % 20000))
+auth_port=$((port + 1))
+token=console-admin-$RANDOM$RANDOM
+cat >"$data/auth.toml" <<EOF
+[[tokens]]
+name = "admin"
+sha256 = "$(printf %s "$token" | sha256sum | cut -d' ' -f1)"
+grants = [{ prefix = "", allow = ["admin"] }]
+[jwt]
+hs256_secret = "console-test-secret-of-32-bytes-or-more"
+EOF
 "$bin" serve --listen "127.0.0.1:$port" --data-dir "$data/db" >"$data/server.log" 2>&1 &
 pid=$!
+"$bin" serve --listen "127.0.0.1:$auth_port" --data-dir "$data/auth-db" \
+  --auth-file "$data/auth.toml" >"$data/auth-server.log" 2>&1 &
+auth_pid=$!
 cleanup() {
-  kill "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
+  kill "$pid" "$auth_pid" 2>/dev/null || true
+  wait "$pid" "$auth_pid" 2>/dev/null || true
   rm -rf "$data"
 }
 trap cleanup EXIT
-for _ in $(seq 100); do
-  curl -sf "http://127.0.0.1:$port/health" >/dev/null && break
-  sleep 0.1
+for p in "$port" "$auth_port"; do
+  for _ in $(seq 100); do
+    curl -s -o /dev/null "http://127.0.0.1:$p/health" && break
+    sleep 0.1
+  done
 done
 cd "$root/console"
-CONSOLE_TEST_URL="http://127.0.0.1:$port" SCREENSHOT_DIR="$shots" node console.test.mjs
+CONSOLE_TEST_URL="http://127.0.0.1:$port" CONSOLE_AUTH_URL="http://127.0.0.1:$auth_port" \
+  CONSOLE_AUTH_TOKEN="$token" SCREENSHOT_DIR="$shots" node console.test.mjs
 echo "console: screenshots in $shots"

@@ -162,11 +162,29 @@ async function streamView(name) {
     clearTimeout(reopen);
     if (source) { source.close(); source = null; }
   }
+  // EventSource cannot send an Authorization header: with a token set,
+  // the tail reads with a short-lived read token for this stream, minted
+  // by the server, in the query string.
+  async function liveUrl() {
+    const url = streamUrl(name) + "?live=sse&offset=" + encodeURIComponent(liveOffset);
+    if (!tokenInput.value) return url;
+    const minted = await call("POST", "/_runnel/read-token?prefix=" + encodeURIComponent(name) + "&ttl_secs=900");
+    return url + "&access_token=" + encodeURIComponent((await minted.json()).token);
+  }
   // Opens the SSE read at `liveOffset`. EventSource would reconnect by
   // itself, but from the offset it first asked for (showing everything
   // again); this one reconnects from the last control event's offset.
-  function openLive() {
-    source = new EventSource(streamUrl(name) + "?live=sse&offset=" + encodeURIComponent(liveOffset));
+  async function openLive() {
+    let url;
+    try {
+      url = await liveUrl();
+    } catch (e) {
+      say("Live tail needs a read token: " + e.message, true);
+      reopen = setTimeout(openLive, 5000);
+      return;
+    }
+    if (toggle.getAttribute("aria-pressed") !== "true") return; // paused meanwhile
+    source = new EventSource(url);
     source.addEventListener("open", () => say("Live tail running."));
     source.addEventListener("error", () => {
       if (!source) return;
@@ -207,9 +225,9 @@ async function streamView(name) {
         liveOffset = (await call("HEAD", streamUrl(name))).headers.get("stream-next-offset");
       } catch (e) { say(e.message, true); return; }
     }
-    openLive();
     toggle.textContent = "Pause live tail";
     toggle.setAttribute("aria-pressed", "true");
+    openLive();
   });
   cleanup = stopLive;
 
