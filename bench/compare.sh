@@ -29,19 +29,6 @@ RUNNEL=$root/target/dist/runnel
 mkdir -p "$OUT" "$PEERS"
 cargo build --profile dist --locked -p runnel >&2
 
-install_peer() {
-  case "$1" in
-    durable-rust) [ -x "$PEERS/bin/durable-streams-server" ] ||
-      cargo install --locked --root "$PEERS" durable-streams-server@0.3.0 ;;
-    durable-node) [ -d "$PEERS/node/node_modules/@durable-streams/server" ] ||
-      (mkdir -p "$PEERS/node" && cd "$PEERS/node" && npm install --no-audit --no-fund @durable-streams/server@0.3.7) ;;
-    ursula) [ -x "$PEERS/bin/ursula" ] || cargo install --locked --root "$PEERS" ursula@0.11.5 ;;
-    s2) [ -x "$PEERS/bin/s2" ] || cargo install --locked --root "$PEERS" s2-cli@0.43.4 ;;
-    runnel) ;;
-    *) echo "unknown system $1" >&2; exit 2 ;;
-  esac
-}
-
 # Starts a system on $PORT with its data in $1; sets $server_pid and $api.
 start_system() {
   local name=$1 data=$2
@@ -49,34 +36,8 @@ start_system() {
   case "$name" in
     runnel)
       "$RUNNEL" serve --listen "127.0.0.1:$PORT" --data-dir "$data" >"$data.log" 2>&1 & ;;
-    durable-rust)
-      api=durable
-      start_durable_rust "$PEERS" "$PORT" "$data" "$data.log" ;;
-    durable-node)
-      api=durable
-      node --input-type=module -e "
-        import { DurableStreamTestServer } from '$PEERS/node/node_modules/@durable-streams/server/dist/index.js';
-        const s = new DurableStreamTestServer({ port: $PORT, host: '127.0.0.1', dataDir: '$data' });
-        await s.start();" >"$data.log" 2>&1 & ;;
-    s2)
-      api=s2
-      "$PEERS/bin/s2" lite --local-root "$data" --port "$PORT" >"$data.log" 2>&1 & ;;
-    ursula)
-      api=ursula
-      cat >"$data.toml" <<EOF
-[server]
-listen = "127.0.0.1:$PORT"
-cluster_id = "runnel-bench"
-[raft.wal]
-path = "$data"
-fsync = "always"
-[[raft.peers]]
-node_id = 1
-url = "http://127.0.0.1:$PORT"
-[storage.cold]
-backend = "none"
-EOF
-      "$PEERS/bin/ursula" server --config "$data.toml" --node-id 1 >"$data.log" 2>&1 & ;;
+    *)
+      start_peer "$name" "$PEERS" "$PORT" "$data" "$data.log" ;;
   esac
   server_pid=$!
   wait_port "$PORT" && return 0
@@ -92,7 +53,7 @@ stop_system() {
 bench() { "$RUNNEL" bench "$@" --target "http://127.0.0.1:$PORT" --api-style "$api" --quiet; }
 
 for system in $SYSTEMS; do
-  install_peer "$system"
+  install_peer "$system" "$PEERS"
   for size in $MS_SIZES; do
     data=$(mktemp -d); start_system "$system" "$data/db"
     bench multi-stream --streams "$size" --duration-secs "$DURATION" --label "$system" --json "$OUT/multi-stream-$system-$size.json"

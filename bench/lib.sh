@@ -74,3 +74,59 @@ data_dir = "$data"
 TOML
   "$peers/bin/durable-streams-server" --config "$data.toml" >>"$log" 2>&1 &
 }
+
+# install_peer SYSTEM PEERS: installs a peer into PEERS unless it is there
+# (durable-rust, durable-node, ursula, s2; runnel needs nothing).
+install_peer() {
+  local peers=$2
+  case "$1" in
+    durable-rust) [ -x "$peers/bin/durable-streams-server" ] ||
+      cargo install --locked --root "$peers" durable-streams-server@0.3.0 ;;
+    durable-node) [ -d "$peers/node/node_modules/@durable-streams/server" ] ||
+      (mkdir -p "$peers/node" && cd "$peers/node" && npm install --no-audit --no-fund @durable-streams/server@0.3.7) ;;
+    ursula) [ -x "$peers/bin/ursula" ] || cargo install --locked --root "$peers" ursula@0.11.5 ;;
+    s2) [ -x "$peers/bin/s2" ] || cargo install --locked --root "$peers" s2-cli@0.43.4 ;;
+    runnel) ;;
+    *) echo "unknown system $1" >&2; return 2 ;;
+  esac
+}
+
+# start_peer SYSTEM PEERS PORT DATA LOG: starts a peer (durable-rust,
+# durable-node, ursula, s2) in the background on 127.0.0.1:PORT, durable
+# on every append, data in DATA, logging to LOG; sets $api to the
+# `runnel bench --api-style` it speaks. Its pid is then in $!.
+start_peer() {
+  local system=$1 peers=$2 port=$3 data=$4 log=$5
+  install_peer "$system" "$peers"
+  case "$system" in
+    durable-rust)
+      api=durable
+      start_durable_rust "$peers" "$port" "$data" "$log" ;;
+    durable-node)
+      api=durable
+      node --input-type=module -e "
+        import { DurableStreamTestServer } from '$peers/node/node_modules/@durable-streams/server/dist/index.js';
+        const s = new DurableStreamTestServer({ port: $port, host: '127.0.0.1', dataDir: '$data' });
+        await s.start();" >>"$log" 2>&1 & ;;
+    s2)
+      api=s2
+      "$peers/bin/s2" lite --local-root "$data" --port "$port" >>"$log" 2>&1 & ;;
+    ursula)
+      api=ursula
+      cat >"$data.toml" <<TOML
+[server]
+listen = "127.0.0.1:$port"
+cluster_id = "runnel-bench"
+[raft.wal]
+path = "$data"
+fsync = "always"
+[[raft.peers]]
+node_id = 1
+url = "http://127.0.0.1:$port"
+[storage.cold]
+backend = "none"
+TOML
+      "$peers/bin/ursula" server --config "$data.toml" --node-id 1 >>"$log" 2>&1 & ;;
+    *) echo "unknown system $system" >&2; return 2 ;;
+  esac
+}

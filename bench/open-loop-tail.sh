@@ -7,6 +7,8 @@
 # each system on fresh data; ROUNDS rounds in rotating order.
 #
 #   bench/open-loop-tail.sh [SYSTEM...]   (default: runnel durable-rust)
+#   systems: runnel durable-rust durable-node ursula s2 (peers installed
+#   into PEERS when missing; see bench/lib.sh)
 #   STREAMS=100 CAP_SECS=8 OPEN_SECS=20 ROUNDS=2 PEERS=/tmp/peers
 #   RATE=N: every system at N appends/s instead (the same load for all;
 #   the capacity run is skipped).
@@ -35,10 +37,8 @@ start() { # SYSTEM DATA: sets pid and api
     runnel)
       api=runnel
       "$RUNNEL" serve --listen "127.0.0.1:$port" --data-dir "$2" --object-store none >"$2.log" 2>&1 & ;;
-    durable-rust)
-      api=durable
-      start_durable_rust "$PEERS" "$port" "$2" "$2.log" ;;
-    *) echo "unknown system $1" >&2; exit 2 ;;
+    *)
+      start_peer "$1" "$PEERS" "$port" "$2" "$2.log" ;;
   esac
   pid=$!
   wait_port "$port"

@@ -131,6 +131,12 @@ pub trait NodeEngine: Send + Sync + 'static {
         Route::Local
     }
 
+    /// Whether groups are replicated across nodes (a cluster), so that
+    /// leadership can move under a request.
+    fn replicated(&self) -> bool {
+        false
+    }
+
     /// How this node names itself to others (its node id in a cluster).
     fn node_label(&self) -> String {
         "single".into()

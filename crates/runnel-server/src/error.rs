@@ -195,11 +195,18 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
     let reason = e.to_string();
     let status = match e {
         EngineError::Core(core) => core_status(&core, headers),
-        EngineError::Overloaded
-        | EngineError::ShuttingDown
-        | EngineError::NotLeader(_)
-        | EngineError::Replication(_)
-        | EngineError::Tier(_) => {
+        EngineError::ShuttingDown | EngineError::NotLeader(_) | EngineError::Replication(_) => {
+            // The leadership moved or the quorum failed with the request
+            // possibly in the log: another node may retry it if a second
+            // application is harmless (see `handlers::leader_retry`).
+            headers.insert(
+                crate::handlers::leader_retry::RETRY,
+                crate::handlers::leader_retry::Retry::IfIdempotent.value(),
+            );
+            headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        EngineError::Overloaded | EngineError::Tier(_) => {
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
             StatusCode::SERVICE_UNAVAILABLE
         }

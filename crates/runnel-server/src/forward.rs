@@ -30,6 +30,7 @@ use hyper_util::rt::TokioExecutor;
 use runnel_tls::rustls;
 
 use crate::error::ApiError;
+use crate::handlers::leader_retry::Retry;
 
 /// Marks a request another node forwarded (its value: that node's id).
 pub const FORWARDED_BY: HeaderName = HeaderName::from_static("runnel-forwarded-by");
@@ -140,10 +141,12 @@ impl Forwarder {
         request: Request,
     ) -> Response {
         if request.headers().contains_key(&FORWARDED_BY) {
-            return ApiError::Unavailable(format!(
-                "request forwarded here, but node {leader} now leads the stream's group; retry"
-            ))
-            .into_response();
+            return Retry::Safe.mark(
+                ApiError::Unavailable(format!(
+                    "request forwarded here, but node {leader} now leads the stream's group; retry"
+                ))
+                .into_response(),
+            );
         }
         let (mut parts, body) = request.into_parts();
         let path = parts
@@ -198,10 +201,18 @@ impl Forwarder {
             }
             Err(e) => {
                 tracing::warn!(leader, addr, error = %e, "forwarding to the leader failed");
-                ApiError::Unavailable(format!(
-                    "the leader of this stream's group (node {leader}) is unreachable; retry"
-                ))
-                .into_response()
+                // Not connected: the leader never saw the request.
+                let retry = if e.is_connect() {
+                    Retry::Safe
+                } else {
+                    Retry::IfIdempotent
+                };
+                retry.mark(
+                    ApiError::Unavailable(format!(
+                        "the leader of this stream's group (node {leader}) is unreachable; retry"
+                    ))
+                    .into_response(),
+                )
             }
         }
     }

@@ -77,6 +77,9 @@ pub struct ServerConfig {
     pub webhook_timeout: Duration,
     /// Serve the web console at `/console`.
     pub console: bool,
+    /// How long a request that meets a leadership change in a cluster is
+    /// retried inside the cluster before the client gets a 503.
+    pub leader_wait: Duration,
 }
 
 impl Default for ServerConfig {
@@ -100,6 +103,7 @@ impl Default for ServerConfig {
             webhook_policy: Default::default(),
             webhook_timeout: Duration::from_secs(10),
             console: true,
+            leader_wait: Duration::from_secs(10),
         }
     }
 }

@@ -103,6 +103,12 @@ pub struct ServeArgs {
     /// often [default: 350].
     #[arg(long)]
     pub election_timeout_ms: Option<u64>,
+    /// In a cluster, how long a request that meets a leadership change
+    /// (no leader yet, a deposed or unreachable one) waits for the new
+    /// leader and is retried inside the cluster before the client gets
+    /// 503 [default: 10000].
+    #[arg(long)]
+    pub leader_wait_ms: Option<u64>,
     /// Where tiered history goes: file:///PATH, s3://BUCKET/PREFIX,
     /// gs://BUCKET/PREFIX, az://CONTAINER/PREFIX, or `none` to keep every
     /// byte in the local log [default: file://DATA_DIR/objects on a single
@@ -539,6 +545,9 @@ impl ServeArgs {
         }
         server.https = tls.is_some();
         server.console = !(self.no_console || file.no_console);
+        if let Some(ms) = pick!(leader_wait_ms) {
+            server.leader_wait = Duration::from_millis(ms);
+        }
         if let Some(ms) = pick!(webhook_timeout_ms) {
             server.webhook_timeout = Duration::from_millis(ms.max(1));
         }

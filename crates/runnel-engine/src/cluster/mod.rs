@@ -687,6 +687,10 @@ impl NodeEngine for ClusterNode {
         self.node_id.to_string()
     }
 
+    fn replicated(&self) -> bool {
+        true
+    }
+
     fn read_barrier<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
         Box::pin(self.group_for(name).read_barrier())
     }

@@ -20,7 +20,7 @@ use http::{HeaderName, HeaderValue, Method, StatusCode};
 use runnel_core::{AppendToStream, Applied, Body, Command, ContentKind, Offset, Producer};
 use runnel_engine::Route;
 
-use super::{body_bytes, framed_body, response, response_headers, SERVED_BY};
+use super::{body_bytes, framed_body, leader_retry, response, response_headers, SERVED_BY};
 use crate::connection::RawRequest;
 use crate::direct_connection::{push_header, start_head, Answer};
 use crate::error::ApiError;
@@ -125,6 +125,20 @@ pub fn direct(
             }
             Err(e) => {
                 let mut response = e.into_response();
+                if let Some(retry) = leader_retry::Retry::of(&response) {
+                    response.headers_mut().remove(&leader_retry::RETRY);
+                    // Leadership moved under the append: when repeating it
+                    // is harmless, the general path waits for the group's
+                    // new leader and tries again.
+                    if let Ok(mut general) = (*request).into_request() {
+                        if retry.allows_append(general.headers()) {
+                            general.extensions_mut().insert(peer);
+                            // Boxed: the rare path keeps the append's future small.
+                            let general = Box::pin(crate::routes::respond(app.clone(), general));
+                            return Answer::Response(general.await);
+                        }
+                    }
+                }
                 answered(response.status());
                 response
                     .headers_mut()

@@ -7,6 +7,7 @@ mod bootstrap;
 mod create;
 mod delete;
 mod head;
+pub mod leader_retry;
 pub mod list;
 mod pin;
 mod read;
@@ -46,10 +47,27 @@ pub async fn stream(app: AppState, request: Request) -> Response {
     if let Err(e) = check_access(&app, &target, &request) {
         return e.into_response();
     }
+    // A request forwarded here is answered once: the node that forwarded
+    // it retries across leadership changes.
+    if !app.node.replicated()
+        || request
+            .headers()
+            .contains_key(&crate::forward::FORWARDED_BY)
+    {
+        return attempt(&app, &target, request).await;
+    }
+    leader_retry::serve(&app, &target, request, |request| {
+        attempt(&app, &target, request)
+    })
+    .await
+}
+
+/// One try at serving a stream request: here, or at the group's leader.
+async fn attempt(app: &AppState, target: &Target, request: Request) -> Response {
     let mut route = app.node.route(target.stream());
     let mut follower_read = false;
     if matches!(route, Route::Forward { .. })
-        && is_live_read(&target, &request)
+        && is_live_read(target, &request)
         && app.node.prepare_live_read(target.stream()).await
     {
         route = Route::Local;
@@ -64,17 +82,20 @@ pub async fn stream(app: AppState, request: Request) -> Response {
                 }
             }
             let served_by = app.served_by.clone();
-            let mut response = dispatch(app, target, request)
+            let mut response = dispatch(app.clone(), target.clone(), request)
                 .await
                 .unwrap_or_else(IntoResponse::into_response);
             response.headers_mut().insert(SERVED_BY, served_by);
             response
         }
-        Route::Forward { node, addr } => forward(&app, node, &addr, request).await,
-        Route::NoLeader => ApiError::Unavailable(
-            "this stream's group has no leader at the moment (election under way); retry".into(),
-        )
-        .into_response(),
+        Route::Forward { node, addr } => forward(app, node, &addr, request).await,
+        Route::NoLeader => leader_retry::Retry::Safe.mark(
+            ApiError::Unavailable(
+                "this stream's group has no leader at the moment (election under way); retry"
+                    .into(),
+            )
+            .into_response(),
+        ),
     }
 }
 
@@ -173,7 +194,7 @@ fn is_live_read(target: &Target, request: &Request) -> bool {
 
 /// What a request path names. Path segments starting with `$` are
 /// reserved for sub-resources, so no stream name can collide with them.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Target {
     Stream(String),
     /// `{stream}/$snapshot` (latest) or `{stream}/$snapshot/{offset}`.

@@ -190,6 +190,11 @@ pub struct Metrics {
     pub append_ack: Histogram,
     live_readers: [AtomicI64; 2],
     refused: [AtomicU64; 2],
+    /// Requests that met a leadership change and were retried inside the
+    /// cluster: served in the end, or still refused at the deadline.
+    pub leader_retried: [AtomicU64; 2],
+    /// Attempts beyond the first those requests took.
+    pub leader_retry_attempts: AtomicU64,
     pub sse_events: AtomicU64,
     pub sse_bytes: AtomicU64,
     pub started: SystemTime,
@@ -204,6 +209,8 @@ impl Default for Metrics {
             append_ack: Histogram::default(),
             live_readers: Default::default(),
             refused: Default::default(),
+            leader_retried: Default::default(),
+            leader_retry_attempts: AtomicU64::new(0),
             sse_events: AtomicU64::new(0),
             sse_bytes: AtomicU64::new(0),
             started: SystemTime::now(),
@@ -228,6 +235,14 @@ impl Metrics {
 
     pub fn refused(&self, why: Refusal) {
         self.refused[why as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A request retried `retries` times across a leadership change,
+    /// `gave_up` when it was still refused at the deadline.
+    pub fn leader_retries(&self, retries: u32, gave_up: bool) {
+        self.leader_retried[usize::from(gave_up)].fetch_add(1, Ordering::Relaxed);
+        self.leader_retry_attempts
+            .fetch_add(u64::from(retries), Ordering::Relaxed);
     }
 
     /// Counts a live reader until the guard drops.

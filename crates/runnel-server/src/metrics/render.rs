@@ -208,6 +208,24 @@ fn render_http(out: &mut Out, m: &Metrics) {
         "reason=\"memory\"",
         m.refused[1].load(Relaxed),
     );
+    out.family(
+        "runnel_leader_retried_requests_total",
+        "counter",
+        "Requests that met a leadership change (no leader, a deposed or unreachable leader) and were retried inside the cluster: served, or refused at --leader-wait-ms.",
+    );
+    for (outcome, n) in ["served", "gave_up"].iter().zip(&m.leader_retried) {
+        out.sample(
+            "runnel_leader_retried_requests_total",
+            &format!("outcome=\"{outcome}\""),
+            n.load(Relaxed),
+        );
+    }
+    out.one(
+        "runnel_leader_retry_attempts_total",
+        "counter",
+        "Attempts beyond the first that requests retried across leadership changes took.",
+        m.leader_retry_attempts.load(Relaxed),
+    );
     out.one(
         "runnel_sse_events_total",
         "counter",
