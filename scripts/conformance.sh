@@ -3,7 +3,7 @@
 # conformance/package-lock.json) against a release build of runnel on
 # durable storage.
 #
-# Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [--tls] [--h2] [-- SERVE FLAGS...]
+# Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [--tls] [--h2] [--saturate] [-- SERVE FLAGS...]
 #
 # With --tls the suite (its TypeScript client included) speaks HTTPS to a
 # server with throwaway certificates (scripts/test-ca.sh); a cluster then
@@ -17,6 +17,11 @@
 # not name one (`--object-store` with `{data}` standing for the run's
 # scratch directory).
 #
+# --saturate runs, beside the servers for the whole suite, a process
+# that saturates the disk (8 MiB writes, each followed by fdatasync, into
+# one file in the run's directory) and one that keeps a CPU busy: slow
+# fsyncs and a starved scheduler must cost the suite latency, not tests.
+#
 # With --cluster it starts a 3-node cluster on loopback with 3 Raft groups
 # (one led by each node) and runs the suite through node 3: requests for
 # two groups in three are forwarded to their leader, and forks mostly
@@ -27,12 +32,14 @@ bin=$root/target/release/runnel
 cluster=0
 tls=0
 h2=0
+saturate=0
 extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --cluster) cluster=1 ;;
     --tls) tls=1 ;;
     --h2) tls=1 h2=1 ;;
+    --saturate) saturate=1 ;;
     --) shift; extra=("$@"); break ;;
     *) bin=$1 ;;
   esac
@@ -136,6 +143,29 @@ else
     python3 -c 'import json,sys; s=json.load(sys.stdin); print("leaders:", [g.get("leader") for g in s["groups"]])'
 fi
 
+if [ "$saturate" = 1 ]; then
+  python3 - "$data/saturate" >"$data/saturate.out" <<'PY' &
+import os, signal, sys
+chunk, written, syncs = os.urandom(8 << 20), 0, 0
+def report(*_):
+    print(f"{written >> 20} MiB written and fdatasync'ed in {syncs} syncs", flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, report)
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+while True:
+    if os.lseek(fd, 0, os.SEEK_CUR) >= 256 << 20:
+        os.ftruncate(fd, 0)
+        os.lseek(fd, 0, os.SEEK_SET)
+    os.write(fd, chunk)
+    os.fdatasync(fd)
+    written, syncs = written + len(chunk), syncs + 1
+PY
+  disk_pid=$!
+  pids+=($disk_pid)
+  python3 -c 'while True: pass' &
+  pids+=($!)
+fi
+
 cd "$root/conformance"
 CONFORMANCE_SUBSCRIPTIONS=1 CONFORMANCE_HTTP2=$h2 CONFORMANCE_TEST_URL="$scheme://127.0.0.1:$target" \
   npx vitest run conformance.test.mjs --reporter=dot
@@ -144,4 +174,12 @@ if [ "$h2" = 1 ]; then
     sed -n 's/^runnel_connections_total{protocol="h2_tls"} //p')
   echo "HTTP/2 connections served: $connections"
   [ "${connections:-0}" -gt 0 ] || { echo "conformance: the suite did not speak HTTP/2" >&2; exit 1; }
+fi
+if [ "$saturate" = 1 ]; then
+  kill "$disk_pid"
+  wait "$disk_pid" 2>/dev/null || true
+  echo "saturating the disk meanwhile: $(cat "$data/saturate.out")"
+  if [ "$cluster" = 1 ]; then
+    curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/metrics" | grep '^runnel_leader_retr' || true
+  fi
 fi

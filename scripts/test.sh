@@ -3,7 +3,8 @@
 # Rust unit, property, integration and crash tests (the tiering tests
 # against moto's S3 server), the Durable Streams conformance suite against
 # the release binary (single node and cluster, with tiering forced on tiny
-# thresholds, and over HTTPS with the cluster on mutual TLS), the console
+# thresholds, through a cluster while the disk and a CPU are saturated,
+# and over HTTPS with the cluster on mutual TLS), the console
 # in headless Chromium, the power-loss and IO-error tests on runnel-faultfs, the
 # fuzz targets for a bounded time (cargo-fuzz, pinned, installed if
 # missing), and the partition test (a cluster in network namespaces,
@@ -33,6 +34,8 @@ echo "== conformance suite (tiering every append)"
 scripts/conformance.sh "$bin" -- "${tiny_tiers[@]}"
 echo "== conformance suite through a 3-node cluster (tiering every append to a shared store)"
 scripts/conformance.sh "$bin" --cluster -- --object-store 'file://{data}/objects' "${tiny_tiers[@]}"
+echo "== conformance suite through a 3-node cluster while another process saturates the disk and a CPU"
+scripts/conformance.sh "$bin" --cluster --saturate
 echo "== conformance suite over HTTPS"
 scripts/conformance.sh "$bin" --tls
 echo "== conformance suite over HTTPS (HTTP/2) through a 3-node cluster on mutual TLS"
