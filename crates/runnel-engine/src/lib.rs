@@ -25,6 +25,7 @@ pub mod history;
 pub mod local;
 pub mod metrics;
 pub mod node;
+pub mod placement;
 pub mod raft;
 pub mod tail;
 pub mod tier;
@@ -69,7 +70,10 @@ pub enum EngineError {
     #[error("the engine is shutting down")]
     ShuttingDown,
     /// This node does not lead the stream's group (leadership moved while
-    /// the request was on its way); the client should retry.
+    /// the request was on its way); the client should retry. The command
+    /// is not in the log, nor will it be: openraft answers this when it
+    /// was not the leader at the write, or when a new leader truncated
+    /// the uncommitted entry that held it.
     #[error("this node is not the leader of the stream's group (leader: {})", .0.map_or("unknown".to_string(), |n| format!("node {n}")))]
     NotLeader(Option<u64>),
     /// Replication failed (no quorum, or the group stopped).

@@ -108,6 +108,7 @@ impl LocalGroup {
     /// captured together. The state lock is held only to capture the
     /// state; its chunks are encoded after (appends go on meanwhile).
     pub(crate) fn checkpoint(&self, file: &mut FileWriter) -> GroupCheckpoint {
+        let locked = std::time::Instant::now();
         let (capture, applied_end, doomed_next) = {
             let state = self.view.state.read().expect("state lock");
             let applied_end = self.applied_end.load(Ordering::Acquire);
@@ -117,6 +118,11 @@ impl LocalGroup {
                 state.doomed_next_seq(),
             )
         };
+        tracing::debug!(
+            group = self.index,
+            held_us = locked.elapsed().as_micros() as u64,
+            "checkpoint captured the group's state"
+        );
         file.group(applied_end, &capture);
         GroupCheckpoint {
             applied_end,

@@ -30,7 +30,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub use frame::HEADER_LEN;
-pub use segment::create_dir_durable;
+pub use segment::{create_dir_durable, write_back};
 pub use sync_stats::SyncStats;
 
 /// When appends are made durable.

@@ -66,6 +66,28 @@ pub fn create_dir_durable(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
+/// Writes `len` bytes of `file` from `offset` back to the disk and waits
+/// for them (`sync_file_range`): a large file written this way, a piece
+/// at a time, never queues more than one piece ahead of other writers'
+/// fsyncs. Not a durability barrier (no metadata, no device flush): an
+/// fsync must still follow. Where the call is unsupported, does nothing.
+pub fn write_back(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE
+        | libc::SYNC_FILE_RANGE_WRITE
+        | libc::SYNC_FILE_RANGE_WAIT_AFTER;
+    // SAFETY: a plain syscall on an open descriptor; no memory is passed.
+    let done = unsafe { libc::sync_file_range(file.as_raw_fd(), offset as i64, len as i64, flags) };
+    if done == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::ENOSYS) | Some(libc::EINVAL) | Some(libc::ESPIPE) => Ok(()),
+        _ => Err(err),
+    }
+}
+
 /// Fsyncs a directory so that created, renamed or removed entries persist.
 pub fn sync_dir(dir: &Path) -> Result<(), LogError> {
     File::open(dir)

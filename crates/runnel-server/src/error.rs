@@ -7,6 +7,7 @@ use runnel_core::subscription::SubError;
 use runnel_core::CoreError;
 use runnel_engine::EngineError;
 
+use crate::handlers::leader_retry::Retry;
 use crate::headers::names;
 
 #[derive(Debug)]
@@ -195,14 +196,17 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
     let reason = e.to_string();
     let status = match e {
         EngineError::Core(core) => core_status(&core, headers),
-        EngineError::ShuttingDown | EngineError::NotLeader(_) | EngineError::Replication(_) => {
-            // The leadership moved or the quorum failed with the request
-            // possibly in the log: another node may retry it if a second
-            // application is harmless (see `handlers::leader_retry`).
-            headers.insert(
-                crate::handlers::leader_retry::RETRY,
-                crate::handlers::leader_retry::Retry::IfIdempotent.value(),
-            );
+        EngineError::NotLeader(_) | EngineError::ShuttingDown | EngineError::Replication(_) => {
+            // Another node retries the request at the group's new leader
+            // (see `handlers::leader_retry`): always after "not leader"
+            // (the command is not and never will be in the log), only if
+            // a second application is harmless when the leader shut down
+            // or lost its quorum with the command possibly in its log.
+            let retry = match e {
+                EngineError::NotLeader(_) => Retry::Safe,
+                _ => Retry::IfIdempotent,
+            };
+            headers.insert(crate::handlers::leader_retry::RETRY, retry.value());
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
             StatusCode::SERVICE_UNAVAILABLE
         }

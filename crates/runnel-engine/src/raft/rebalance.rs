@@ -16,8 +16,9 @@
 //!    lease (the longest election timeout) has run out;
 //! 3. the preferred node wins the election (its log is complete), and the
 //!    old leader steps down; the queued proposals are then refused with
-//!    "not leader" (503, clients retry and are forwarded to the new
-//!    leader). Whatever happens, everything is re-enabled after
+//!    [`crate::EngineError::NotLeader`], which the server retries inside
+//!    the cluster against the new leader (clients see the latency, not
+//!    an error). Whatever happens, everything is re-enabled after
 //!    [`HOLD_FOR`], or at once if the preferred node refuses (it is still
 //!    catching up after losing its disk) or cannot be reached.
 //!

@@ -11,10 +11,12 @@
 //! [`RETRY`] header set where it is made, whether the request can have
 //! taken effect:
 //! - [`Retry::Safe`]: it cannot (no leader; forwarded to a node that no
-//!   longer leads; no connection to the leader);
-//! - [`Retry::IfIdempotent`]: it may have (the leader lost leadership or
-//!   quorum with the request in its log; the connection broke after the
-//!   request was sent). Retried only when a second application is
+//!   longer leads; no connection to the leader; the group's Raft answered
+//!   "not leader", which it does only for a command it did not append or
+//!   whose entry a new leader truncated);
+//! - [`Retry::IfIdempotent`]: it may have (the leader shut down or lost
+//!   its quorum with the command in its log; the connection broke after
+//!   the request was sent). Retried only when a second application is
 //!   harmless: reads, creates (the same configuration answers 200 the
 //!   second time), and appends by an idempotent producer (the log's
 //!   deduplication answers the retry as a duplicate, with the offsets of

@@ -81,7 +81,7 @@ impl Server {
         env: &[(&str, &str)],
         log: Option<&Path>,
     ) -> Server {
-        Server::launch_on(reserve_ports(1), data_dir, extra, env, log, None).await
+        Server::launch_fresh(data_dir, extra, env, log, None).await
     }
 
     /// [`Server::start`] for a server with `--tls-cert` in `extra` whose
@@ -92,14 +92,36 @@ impl Server {
         extra: &[S],
         ca: &Path,
     ) -> Server {
-        Server::launch_on(reserve_ports(1), data_dir, extra, &[], None, Some(ca)).await
+        Server::launch_fresh(data_dir, extra, &[], None, Some(ca)).await
     }
 
     /// Starts the server again on its port over `data_dir` (after a kill).
     #[allow(dead_code)] // not every test binary restarts a server
     pub async fn restart<S: AsRef<std::ffi::OsStr>>(&mut self, data_dir: &Path, extra: &[S]) {
         let port: u16 = self.base.rsplit(':').next().unwrap().parse().unwrap();
-        *self = Server::launch_on(port, data_dir, extra, &[], None, None).await;
+        *self = Server::launch_on(port, data_dir, extra, &[], None, None)
+            .await
+            .expect("the restarted server exited before it answered /health");
+    }
+
+    /// [`Server::launch_on`] a newly reserved port, again on another port
+    /// if the server exits at once: this machine is shared, and a process
+    /// outside this test binary can take a port between its reservation
+    /// and the server's bind (one CI run lost a test to exactly that).
+    async fn launch_fresh<S: AsRef<std::ffi::OsStr>>(
+        data_dir: &Path,
+        extra: &[S],
+        env: &[(&str, &str)],
+        log: Option<&Path>,
+        ca: Option<&Path>,
+    ) -> Server {
+        for _ in 0..5 {
+            let port = reserve_ports(1);
+            if let Some(server) = Server::launch_on(port, data_dir, extra, env, log, ca).await {
+                return server;
+            }
+        }
+        panic!("the server exited before it answered /health, on five ports in a row");
     }
 
     async fn launch_on<S: AsRef<std::ffi::OsStr>>(
@@ -109,7 +131,7 @@ impl Server {
         env: &[(&str, &str)],
         log: Option<&Path>,
         ca: Option<&Path>,
-    ) -> Server {
+    ) -> Option<Server> {
         let stderr = match log {
             Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
             None => Stdio::inherit(),
@@ -131,7 +153,7 @@ impl Server {
             None => ("http", reqwest::Client::new()),
             Some(ca) => ("https", https_client(ca, false)),
         };
-        let server = Server {
+        let mut server = Server {
             child,
             base: format!("{scheme}://127.0.0.1:{port}"),
         };
@@ -139,8 +161,11 @@ impl Server {
         loop {
             if let Ok(r) = client.get(format!("{}/health", server.base)).send().await {
                 if r.status().is_success() {
-                    return server;
+                    return Some(server);
                 }
+            }
+            if server.child.try_wait().expect("try_wait").is_some() {
+                return None;
             }
             assert!(Instant::now() < deadline, "server did not become healthy");
             tokio::time::sleep(Duration::from_millis(20)).await;

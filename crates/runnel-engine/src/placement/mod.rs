@@ -1,0 +1,243 @@
+//! Placement: which nodes hold each group's replicas, and which of them
+//! should lead it (see `docs/elastic-cluster.md`).
+//!
+//! Pure functions of the cluster's members and the current placement, so
+//! they are tested exhaustively and by properties: [`target`] computes
+//! the placement to converge to, [`moves`] the single-replica moves that
+//! get there. The meta group's leader will apply them one step at a time
+//! (not wired yet: today every node holds every group).
+
+#[cfg(test)]
+mod tests;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::raft::NodeId;
+
+/// Each group's replicas, in order: the first is the preferred leader.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Placement {
+    pub groups: Vec<Vec<NodeId>>,
+}
+
+/// One replica of one group moving from a node to another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Move {
+    pub group: usize,
+    /// `None` when the group gains a replica (it had fewer than wanted).
+    pub from: Option<NodeId>,
+    /// `None` when the group loses a replica (it had more than wanted).
+    pub to: Option<NodeId>,
+}
+
+impl Placement {
+    /// Replicas held per member (members holding none included).
+    pub fn replicas_per_node(&self, members: &[NodeId]) -> BTreeMap<NodeId, usize> {
+        let mut load: BTreeMap<NodeId, usize> = members.iter().map(|m| (*m, 0)).collect();
+        for node in self.groups.iter().flatten() {
+            *load.entry(*node).or_default() += 1;
+        }
+        load
+    }
+
+    /// Preferred leaderships per member.
+    pub fn leaders_per_node(&self, members: &[NodeId]) -> BTreeMap<NodeId, usize> {
+        let mut load: BTreeMap<NodeId, usize> = members.iter().map(|m| (*m, 0)).collect();
+        for first in self.groups.iter().filter_map(|g| g.first()) {
+            *load.entry(*first).or_default() += 1;
+        }
+        load
+    }
+}
+
+/// The placement to converge to for `group_count` groups of
+/// `min(replication, members)` replicas each over the active `members`:
+/// every replica on an active member, no two of a group on one node,
+/// replicas per node differing by at most one, preferred leaders per
+/// node at most `ceil(groups / members)`; among such placements, one
+/// that keeps as many of `current`'s replicas (and leaders) as it can.
+pub fn target(
+    current: &Placement,
+    members: &[NodeId],
+    group_count: usize,
+    replication: usize,
+) -> Placement {
+    let members: BTreeSet<NodeId> = members.iter().copied().collect();
+    assert!(!members.is_empty(), "a placement needs a member");
+    let want = replication.clamp(1, members.len());
+    let mut groups: Vec<Vec<NodeId>> = (0..group_count)
+        .map(|g| {
+            let mut kept = Vec::new();
+            for node in current.groups.get(g).into_iter().flatten() {
+                if members.contains(node) && !kept.contains(node) {
+                    kept.push(*node);
+                }
+            }
+            kept
+        })
+        .collect();
+    let mut load: BTreeMap<NodeId, usize> = members.iter().map(|m| (*m, 0)).collect();
+    for node in groups.iter().flatten() {
+        *load.get_mut(node).expect("kept replicas are members") += 1;
+    }
+    // Too many replicas: drop those on the busiest nodes (never the
+    // preferred leader, which is first).
+    for replicas in &mut groups {
+        while replicas.len() > want {
+            let (at, node) = replicas
+                .iter()
+                .enumerate()
+                .skip(1)
+                .max_by_key(|(_, n)| (load[*n], **n))
+                .map(|(at, n)| (at, *n))
+                .expect("more than one replica");
+            replicas.remove(at);
+            *load.get_mut(&node).expect("member") -= 1;
+        }
+    }
+    // Too few: add the least loaded members the group lacks.
+    for replicas in &mut groups {
+        while replicas.len() < want {
+            let node = *members
+                .iter()
+                .filter(|m| !replicas.contains(m))
+                .min_by_key(|m| (load[*m], **m))
+                .expect("want <= members");
+            replicas.push(node);
+            *load.get_mut(&node).expect("member") += 1;
+        }
+    }
+    // Even out: move a replica from the busiest node to the idlest while
+    // they differ by more than one. Each move lowers the sum of squared
+    // loads, so this ends.
+    loop {
+        let (&busiest, &high) = load
+            .iter()
+            .max_by_key(|(n, l)| (**l, **n))
+            .expect("members");
+        let (&idlest, &low) = load
+            .iter()
+            .min_by_key(|(n, l)| (**l, **n))
+            .expect("members");
+        if high <= low + 1 {
+            break;
+        }
+        // A group on the busiest node but not on the idlest exists: the
+        // busiest holds more groups than the idlest.
+        let replicas = groups
+            .iter_mut()
+            .rev()
+            .find(|r| r.contains(&busiest) && !r.contains(&idlest))
+            .expect("a busier node holds a group the idler lacks");
+        let at = replicas.iter().position(|n| *n == busiest).expect("found");
+        replicas[at] = idlest;
+        *load.get_mut(&busiest).expect("member") -= 1;
+        *load.get_mut(&idlest).expect("member") += 1;
+    }
+    balance_leaders(&mut groups, &members);
+    Placement { groups }
+}
+
+/// Reorders each group's replicas so that no member prefers to lead more
+/// than `ceil(groups / members)` groups, keeping current first replicas
+/// where it can: a group whose leader is over the cap hands its
+/// leadership along a chain of groups to a member under it (an augmenting
+/// path, as in bipartite matching).
+fn balance_leaders(groups: &mut [Vec<NodeId>], members: &BTreeSet<NodeId>) {
+    let cap = groups.len().div_ceil(members.len());
+    let mut leads: BTreeMap<NodeId, usize> = members.iter().map(|m| (*m, 0)).collect();
+    for r in groups.iter() {
+        *leads.get_mut(&r[0]).expect("member") += 1;
+    }
+    while let Some((&over, _)) = leads.iter().find(|(_, l)| **l > cap) {
+        let Some(path) = augmenting_path(groups, &leads, cap, over) else {
+            // No chain frees a leadership (only when replicas are too
+            // few to spread leaders that evenly); leave it.
+            return;
+        };
+        // Along the path, each group's leadership passes to the next node.
+        for (group, to) in path {
+            let at = groups[group]
+                .iter()
+                .position(|n| *n == to)
+                .expect("a replica");
+            let from = groups[group][0];
+            groups[group].swap(0, at);
+            *leads.get_mut(&from).expect("member") -= 1;
+            *leads.get_mut(&to).expect("member") += 1;
+        }
+    }
+}
+
+/// A chain `(group, new leader)` that takes one leadership from `start`
+/// and ends at a node under `cap`, found breadth first.
+fn augmenting_path(
+    groups: &[Vec<NodeId>],
+    leads: &BTreeMap<NodeId, usize>,
+    cap: usize,
+    start: NodeId,
+) -> Option<Vec<(usize, NodeId)>> {
+    let mut reached: BTreeMap<NodeId, Option<(usize, NodeId)>> = BTreeMap::new();
+    reached.insert(start, None);
+    let mut frontier = vec![start];
+    while !frontier.is_empty() {
+        let mut next = Vec::new();
+        for node in frontier {
+            for (g, replicas) in groups.iter().enumerate().filter(|(_, r)| r[0] == node) {
+                for &to in &replicas[1..] {
+                    if reached.contains_key(&to) {
+                        continue;
+                    }
+                    reached.insert(to, Some((g, node)));
+                    if leads[&to] < cap {
+                        let mut path = Vec::new();
+                        let mut at = to;
+                        while let Some(Some((group, from))) = reached.get(&at) {
+                            path.push((*group, at));
+                            at = *from;
+                        }
+                        path.reverse();
+                        return Some(path);
+                    }
+                    next.push(to);
+                }
+            }
+        }
+        frontier = next;
+    }
+    None
+}
+
+/// The replica moves from `current` to `target`, group by group: each
+/// node leaving a group is paired with one joining it.
+pub fn moves(current: &Placement, target: &Placement) -> Vec<Move> {
+    let mut out = Vec::new();
+    for (group, wanted) in target.groups.iter().enumerate() {
+        let held = current.groups.get(group).map_or(&[][..], |g| g.as_slice());
+        let leaving: Vec<NodeId> = held
+            .iter()
+            .filter(|n| !wanted.contains(n))
+            .copied()
+            .collect();
+        let joining: Vec<NodeId> = wanted
+            .iter()
+            .filter(|n| !held.contains(n))
+            .copied()
+            .collect();
+        for i in 0..leaving.len().max(joining.len()) {
+            out.push(Move {
+                group,
+                from: leaving.get(i).copied(),
+                to: joining.get(i).copied(),
+            });
+        }
+    }
+    for (group, held) in current.groups.iter().enumerate().skip(target.groups.len()) {
+        out.extend(held.iter().map(|n| Move {
+            group,
+            from: Some(*n),
+            to: None,
+        }));
+    }
+    out
+}

@@ -1,0 +1,180 @@
+use std::collections::BTreeSet;
+
+use proptest::prelude::*;
+
+use super::*;
+
+/// Checks what every target placement must be.
+fn check(placement: &Placement, members: &[NodeId], group_count: usize, replication: usize) {
+    let want = replication.clamp(1, members.len());
+    assert_eq!(placement.groups.len(), group_count);
+    for (g, replicas) in placement.groups.iter().enumerate() {
+        assert_eq!(replicas.len(), want, "group {g}: {replicas:?}");
+        let distinct: BTreeSet<_> = replicas.iter().collect();
+        assert_eq!(
+            distinct.len(),
+            want,
+            "group {g} repeats a node: {replicas:?}"
+        );
+        assert!(
+            replicas.iter().all(|n| members.contains(n)),
+            "group {g}: {replicas:?}"
+        );
+    }
+    let load = placement.replicas_per_node(members);
+    let (low, high) = (load.values().min().unwrap(), load.values().max().unwrap());
+    assert!(high - low <= 1, "replicas per node {load:?}");
+    let leads = placement.leaders_per_node(members);
+    let cap = group_count.div_ceil(members.len());
+    assert!(
+        leads.values().all(|l| *l <= cap),
+        "leaders per node {leads:?} over {cap}"
+    );
+}
+
+fn applied(current: &Placement, moves: &[Move], group_count: usize) -> Vec<BTreeSet<NodeId>> {
+    let mut sets: Vec<BTreeSet<NodeId>> = (0..group_count)
+        .map(|g| {
+            current
+                .groups
+                .get(g)
+                .into_iter()
+                .flatten()
+                .copied()
+                .collect()
+        })
+        .collect();
+    for m in moves.iter().filter(|m| m.group < group_count) {
+        if let Some(from) = m.from {
+            assert!(
+                sets[m.group].remove(&from),
+                "{m:?} moves a replica the group lacks"
+            );
+        }
+        if let Some(to) = m.to {
+            assert!(
+                sets[m.group].insert(to),
+                "{m:?} adds a replica the group has"
+            );
+        }
+    }
+    sets
+}
+
+#[test]
+fn a_new_cluster_of_three_spreads_leaders_one_each() {
+    let members = [1, 2, 3];
+    let placement = target(&Placement::default(), &members, 3, 3);
+    check(&placement, &members, 3, 3);
+    assert_eq!(
+        placement
+            .leaders_per_node(&members)
+            .values()
+            .collect::<Vec<_>>(),
+        vec![&1, &1, &1]
+    );
+}
+
+#[test]
+fn a_sixth_node_takes_its_share_and_no_more() {
+    let five = [1, 2, 3, 4, 5];
+    let before = target(&Placement::default(), &five, 20, 3);
+    check(&before, &five, 20, 3);
+    let six = [1, 2, 3, 4, 5, 6];
+    let after = target(&before, &six, 20, 3);
+    check(&after, &six, 20, 3);
+    let moved = moves(&before, &after);
+    // 60 replicas over 6 nodes: the new node takes 10, each one move.
+    assert_eq!(moved.len(), 10, "{moved:?}");
+    assert!(moved.iter().all(|m| m.to == Some(6) && m.from.is_some()));
+}
+
+#[test]
+fn draining_a_node_moves_only_its_replicas_when_the_rest_stay_balanced() {
+    let six = [1, 2, 3, 4, 5, 6];
+    let before = target(&Placement::default(), &six, 10, 3);
+    let five = [1, 3, 4, 5, 6];
+    let after = target(&before, &five, 10, 3);
+    check(&after, &five, 10, 3);
+    let moved = moves(&before, &after);
+    let held_by_2 = before.replicas_per_node(&six)[&2];
+    assert!(moved.iter().filter(|m| m.from == Some(2)).count() == held_by_2);
+    // Balancing after may move a few more; never more than the drained
+    // node held again.
+    assert!(moved.len() <= 2 * held_by_2, "{moved:?}");
+}
+
+#[test]
+fn fewer_members_than_replicas_gives_every_member_every_group() {
+    let members = [4, 9];
+    let placement = target(&Placement::default(), &members, 5, 3);
+    check(&placement, &members, 5, 3);
+}
+
+fn placement_strategy() -> impl Strategy<Value = (Placement, Vec<NodeId>, usize, usize)> {
+    (
+        prop::collection::vec(prop::collection::vec(1..12u64, 0..6), 0..30),
+        prop::collection::btree_set(1..12u64, 1..8),
+        1..30usize,
+        1..5usize,
+    )
+        .prop_map(|(groups, members, count, replication)| {
+            // A group never holds two replicas on one node.
+            let groups = groups
+                .into_iter()
+                .map(|mut replicas| {
+                    let mut seen = BTreeSet::new();
+                    replicas.retain(|n| seen.insert(*n));
+                    replicas
+                })
+                .collect();
+            (
+                Placement { groups },
+                members.into_iter().collect(),
+                count,
+                replication,
+            )
+        })
+}
+
+proptest! {
+    /// From any placement (replicas on departed nodes, too many,
+    /// too few), the target is valid, the moves lead to it, and it
+    /// is a fixed point: planning again moves nothing.
+    #[test]
+    fn any_placement_converges_to_a_valid_stable_one(
+        (current, members, count, replication) in placement_strategy()
+    ) {
+        let goal = target(&current, &members, count, replication);
+        check(&goal, &members, count, replication);
+        let moved = moves(&current, &goal);
+        let sets = applied(&current, &moved, count);
+        for (g, replicas) in goal.groups.iter().enumerate() {
+            prop_assert_eq!(&sets[g], &replicas.iter().copied().collect::<BTreeSet<_>>());
+        }
+        let again = target(&goal, &members, count, replication);
+        prop_assert_eq!(&again, &goal);
+        prop_assert!(moves(&goal, &again).is_empty());
+    }
+
+    /// A node joining a settled cluster takes about its share of the
+    /// replicas, each one move, and nothing else moves.
+    #[test]
+    fn a_joining_node_moves_about_its_share(
+        (current, members, count, replication) in placement_strategy()
+    ) {
+        let settled = target(&current, &members, count, replication);
+        let newcomer = 100;
+        let mut grown = members.clone();
+        grown.push(newcomer);
+        let goal = target(&settled, &grown, count, replication);
+        check(&goal, &grown, count, replication);
+        let moved = moves(&settled, &goal);
+        let want = replication.clamp(1, grown.len());
+        let share = (count * want).div_ceil(grown.len());
+        // A smaller cluster than the replication factor grows every group.
+        let grows = want > replication.clamp(1, members.len());
+        prop_assert!(grows || moved.len() <= share, "{} moves, share {}", moved.len(), share);
+        prop_assert!(moved.iter().all(|m| m.to == Some(newcomer)));
+    }
+}
