@@ -405,11 +405,13 @@ impl ClusterNode {
     fn route_to(&self, group: &RaftGroup) -> Route {
         match group.leader() {
             Some(leader) if leader == self.node_id => Route::Local,
-            Some(leader) => match self.peers.get(&leader) {
-                Some(addr) => Route::Forward {
-                    node: leader,
-                    addr: addr.clone(),
-                },
+            Some(leader) => match self
+                .peers
+                .get(&leader)
+                .cloned()
+                .or_else(|| group.member_http_addr(leader))
+            {
+                Some(addr) => Route::Forward { node: leader, addr },
                 None => Route::NoLeader,
             },
             None => Route::NoLeader,

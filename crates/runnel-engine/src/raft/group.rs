@@ -154,6 +154,15 @@ impl RaftGroup {
         self.raft.metrics().borrow().current_leader
     }
 
+    /// The HTTP address of `node` as the group's membership records it
+    /// (a node that joined after this one started is in no `--peers`).
+    pub fn member_http_addr(&self, node: NodeId) -> Option<String> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let member = metrics.membership_config.membership().get_node(&node)?;
+        super::transport::http_addr(&member.addr).ok()
+    }
+
     pub fn status(&self) -> GroupStatus {
         // openraft publishes the applied index just after the state machine
         // applied: while entries apply the digest may be a little ahead.

@@ -379,8 +379,23 @@ impl RaftLogStorage<TypeConfig> for JournalStore {
         Ok(())
     }
 
+    /// openraft reads the vote once, as the group starts, and we report
+    /// it uncommitted: given a committed vote of its own, openraft 0.9
+    /// would resume leading at once, in the same term, with a log that
+    /// may lack entries it had sent to followers but not yet made
+    /// durable when it went down (power loss). The followers may have
+    /// committed them; the resumed leader's next entries would take the
+    /// same log ids with other content, and a read at it would miss
+    /// acknowledged writes. Uncommitted, the vote still binds this node
+    /// in its term, and the node starts as a follower; the group elects
+    /// a leader whose log holds everything committed
+    /// (`sim_a_node_joins_and_another_leaves_under_load` found this).
     async fn read_vote(&mut self) -> Result<Option<Vote>, StorageError> {
-        Ok(self.index.lock().expect("raft index lock").vote)
+        let vote = self.index.lock().expect("raft index lock").vote;
+        Ok(vote.map(|vote| Vote {
+            committed: false,
+            ..vote
+        }))
     }
 
     async fn save_committed(&mut self, committed: Option<LogId>) -> Result<(), StorageError> {

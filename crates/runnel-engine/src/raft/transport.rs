@@ -71,6 +71,20 @@ pub fn raft_addr(http_addr: &str) -> Result<String, String> {
     Ok(format!("{host}:{raft_port}"))
 }
 
+/// The HTTP address of a node whose Raft address is `raft_addr` (the
+/// inverse of [`raft_addr`]).
+pub fn http_addr(raft_addr: &str) -> Result<String, String> {
+    let (host, port) = raft_addr
+        .rsplit_once(':')
+        .ok_or_else(|| format!("{raft_addr:?} is not HOST:PORT"))?;
+    let http_port = port
+        .parse::<u16>()
+        .ok()
+        .and_then(|p| p.checked_sub(1))
+        .ok_or_else(|| format!("{raft_addr:?} has no valid Raft port"))?;
+    Ok(format!("{host}:{http_port}"))
+}
+
 type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, String>>>>;
 
 /// What a node answers peers with: its groups, and whether it may vote in

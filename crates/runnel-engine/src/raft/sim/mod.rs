@@ -24,15 +24,20 @@
 //! it began (a leader cut off from the others, or a lagging follower,
 //! must not serve stale state).
 //!
+//! [`membership`] changes the cluster under the same clients: a fourth
+//! node joins every group and the first leaves.
+//!
 //! [`lost_disk`] plays one scenario the random faults are unlikely to
 //! reach: a node loses its disk while an acknowledged write is on it and
 //! its leader alone, and the leader crashes before the node has it back.
 //!
 //! `cargo test -p runnel-engine sim_` runs the fixed seed corpus;
 //! `RUNNEL_SIM_SEEDS=500 cargo test --release -p runnel-engine sim_corpus`
-//! runs more, and `RUNNEL_SIM_SEED=N` one.
+//! runs more, `RUNNEL_SIM_SEED=N` one, and `RUNNEL_SIM_TRACE=1` prints
+//! each fault and acknowledgement as it happens.
 
 mod lost_disk;
+mod membership;
 mod net;
 
 use std::collections::BTreeMap;
@@ -68,37 +73,64 @@ struct Sim {
     disk_seed: u64,
 }
 
+thread_local! {
+    /// When the running simulation started, on its paused clock.
+    static ORIGIN: std::cell::Cell<Option<tokio::time::Instant>> = const { std::cell::Cell::new(None) };
+}
+
+/// Milliseconds since the simulation started.
 fn at() -> u128 {
-    tokio::time::Instant::now().elapsed().as_millis()
+    ORIGIN
+        .get()
+        .map_or(0, |origin| origin.elapsed().as_millis())
 }
 
 impl Sim {
     /// Three nodes, none started yet.
     fn new(seed: u64) -> Sim {
+        Sim::with_slots(seed, NODES as usize)
+    }
+
+    /// `slots` nodes, none started yet: the first [`NODES`] form the
+    /// cluster, the others can join it.
+    fn with_slots(seed: u64, slots: usize) -> Sim {
         Sim {
             dir: tempfile::tempdir().unwrap(),
             net: SimNet::new(seed.wrapping_mul(31)),
-            nodes: vec![None, None, None],
-            committers: vec![None, None, None],
+            nodes: (0..slots).map(|_| None).collect(),
+            committers: (0..slots).map(|_| None).collect(),
             trace: Arc::default(),
             disk_seed: seed.wrapping_mul(17),
         }
     }
 
+    /// Node `id`'s HTTP address (its Raft port is the next one).
+    fn http_addr(id: u64) -> String {
+        format!("10.0.0.{id}:4437")
+    }
+
+    /// The founders know each other; a node that joins later knows the
+    /// founders and itself.
     fn config(&self, i: usize) -> ClusterConfig {
         let mut engine = EngineConfig::new(self.dir.path().join(format!("n{}", i + 1)));
         engine.groups = 2;
         engine.segment_bytes = 64 << 10;
         engine.checkpoint_interval = Duration::from_secs(3);
+        let known = NODES.max(i as u64 + 1);
         let peers: BTreeMap<u64, String> = (1..=NODES)
-            .map(|id| (id, format!("10.0.0.{id}:4437")))
+            .chain(std::iter::once(known))
+            .map(|id| (id, Sim::http_addr(id)))
             .collect();
         let mut config = ClusterConfig::new(engine, i as u64 + 1, peers);
         config.manual_commit = true;
         config
     }
 
+    /// Records an event in the trace (`RUNNEL_SIM_TRACE=1` prints it too).
     fn note(&self, event: String) {
+        if std::env::var_os("RUNNEL_SIM_TRACE").is_some() {
+            eprintln!("{event}");
+        }
         self.trace.lock().unwrap().push(event);
     }
 
@@ -362,6 +394,70 @@ async fn reader(
     served
 }
 
+/// Idempotent producers and readers, one of each per stream, sending
+/// their requests to random nodes of `alive` (which the scenario keeps
+/// up to date).
+struct Workload {
+    alive: Arc<Mutex<Vec<Arc<ClusterNode>>>>,
+    stop: Arc<AtomicBool>,
+    recorder: Arc<Recorder>,
+    producers: Vec<tokio::task::JoinHandle<()>>,
+    readers: Vec<tokio::task::JoinHandle<usize>>,
+}
+
+impl Workload {
+    fn start(sim: &Sim, seed: u64) -> Workload {
+        let alive = Arc::new(Mutex::new(sim.alive()));
+        let stop = Arc::new(AtomicBool::new(false));
+        let recorder = Recorder::new();
+        let producers = (0..STREAMS)
+            .map(|s| {
+                tokio::spawn(producer(
+                    s,
+                    seed.wrapping_add(s as u64 + 1),
+                    Arc::clone(&alive),
+                    Arc::clone(&stop),
+                    Arc::clone(&sim.trace),
+                    Arc::clone(&recorder),
+                ))
+            })
+            .collect();
+        let readers = (0..STREAMS)
+            .map(|s| {
+                tokio::spawn(reader(
+                    s,
+                    seed,
+                    Arc::clone(&alive),
+                    Arc::clone(&stop),
+                    Arc::clone(&recorder),
+                ))
+            })
+            .collect();
+        Workload {
+            alive,
+            stop,
+            recorder,
+            producers,
+            readers,
+        }
+    }
+
+    /// Stops the clients and answers what they saw.
+    async fn finish(self, sim: &Sim) -> History {
+        self.stop.store(true, Ordering::Relaxed);
+        for p in self.producers {
+            p.await.unwrap();
+        }
+        let mut reads = 0;
+        for r in self.readers {
+            reads += r.await.unwrap();
+        }
+        sim.note(format!("{} reads {reads}", at()));
+        let mut history = self.recorder.history.lock().unwrap();
+        std::mem::take(&mut *history)
+    }
+}
+
 /// Runs one seed; panics with the seed on a violated check. Returns the
 /// trace (events with their simulated times) for reproducibility checks.
 fn run(seed: u64) -> Vec<String> {
@@ -376,6 +472,7 @@ fn run_simulated<T>(seed: u64, simulation: impl std::future::Future<Output = T>)
         .build()
         .unwrap();
     runtime.block_on(async {
+        ORIGIN.set(Some(tokio::time::Instant::now()));
         tokio::time::timeout(Duration::from_secs(600), simulation)
             .await
             .unwrap_or_else(|_| panic!("seed {seed}: the simulation hung"))
@@ -389,32 +486,8 @@ async fn simulate(seed: u64) -> Vec<String> {
     for i in 0..NODES as usize {
         sim.start(i).await;
     }
-    let alive = Arc::new(Mutex::new(sim.alive()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let recorder = Recorder::new();
-    let producers: Vec<_> = (0..STREAMS)
-        .map(|s| {
-            tokio::spawn(producer(
-                s,
-                seed.wrapping_add(s as u64 + 1),
-                Arc::clone(&alive),
-                Arc::clone(&stop),
-                Arc::clone(&sim.trace),
-                Arc::clone(&recorder),
-            ))
-        })
-        .collect();
-    let readers: Vec<_> = (0..STREAMS)
-        .map(|s| {
-            tokio::spawn(reader(
-                s,
-                seed,
-                Arc::clone(&alive),
-                Arc::clone(&stop),
-                Arc::clone(&recorder),
-            ))
-        })
-        .collect();
+    let workload = Workload::start(&sim, seed);
+    let alive = Arc::clone(&workload.alive);
 
     // Faults.
     let end = tokio::time::Instant::now() + FAULTY;
@@ -491,17 +564,8 @@ async fn simulate(seed: u64) -> Vec<String> {
     sim.net.set_faults(0, 2);
     *alive.lock().unwrap() = sim.alive();
     tokio::time::sleep(CALM).await;
-    stop.store(true, Ordering::Relaxed);
-    for p in producers {
-        p.await.unwrap();
-    }
-    let mut reads = 0;
-    for r in readers {
-        reads += r.await.unwrap();
-    }
-    sim.note(format!("{} reads {reads}", at()));
+    let history = workload.finish(&sim).await;
     converge(&sim, seed).await;
-    let history = std::mem::take(&mut *recorder.history.lock().unwrap());
     check(&sim, seed, &history).await;
     let trace = sim.trace.lock().unwrap().clone();
     for i in 0..NODES as usize {

@@ -1,0 +1,165 @@
+//! Membership changes under load, on Runnel's own Raft storage: a fourth
+//! node joins the running 3-node cluster (a learner caught up by snapshot
+//! and log, then a voter in every group), the first node is removed from
+//! every group and stops for good, and after each change a random node
+//! crashes and restarts, so it must recover the membership it last
+//! stored from its own log and checkpoint. Producers and readers run
+//! throughout, through dropped and delayed messages, and reach a group's
+//! leader as the server would, the newcomer included although no
+//! founder's `--peers` names it (routing finds its address in the group's
+//! membership). At the end every remaining replica holds the same bytes,
+//! every group's voters on every node are the new set, and the history
+//! passes the checker.
+
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::time::Duration;
+
+use openraft::BasicNode;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::{at, check, converge, run_simulated, seeds, Sim, Workload, CALM, NODES};
+use crate::raft::runtime::seed_thread_rng;
+use crate::raft::transport::raft_addr;
+use crate::raft::{NodeId, Raft};
+use crate::MaintainedGroup;
+
+/// The node that joins (index; its id is one more).
+const JOINER: usize = NODES as usize;
+/// The node that leaves.
+const LEAVER: usize = 0;
+
+#[test]
+fn sim_a_node_joins_and_another_leaves_under_load() {
+    for seed in seeds() {
+        let trace = run_simulated(seed, join_and_leave(seed));
+        let acked = trace.iter().filter(|e| e.contains(" ack ")).count();
+        let checked = trace
+            .iter()
+            .find_map(|e| e.strip_prefix("checked: "))
+            .unwrap_or("not checked")
+            .to_string();
+        eprintln!("seed {seed}: {acked} acknowledged appends; {checked}");
+        assert!(
+            acked > 50,
+            "seed {seed}: the cluster barely made progress ({acked} acks)"
+        );
+    }
+}
+
+async fn join_and_leave(seed: u64) -> Vec<String> {
+    seed_thread_rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x3e3b);
+    let mut sim = Sim::with_slots(seed, JOINER + 1);
+    for i in 0..NODES as usize {
+        sim.start(i).await;
+    }
+    let workload = Workload::start(&sim, seed);
+    tokio::time::sleep(Duration::from_millis(rng.gen_range(500..2000))).await;
+    let (drop, delay) = (rng.gen_range(0..40), rng.gen_range(1..15));
+    sim.net.set_faults(drop, delay);
+    sim.note(format!("{} faults drop={drop}/1000 delay<={delay}ms", at()));
+
+    let joiner = JOINER as NodeId + 1;
+    sim.start(JOINER).await;
+    *workload.alive.lock().unwrap() = sim.alive();
+    let joiner_node = BasicNode {
+        addr: raft_addr(&Sim::http_addr(joiner)).unwrap(),
+    };
+    change_every_group(&sim, seed, "learner added", |raft| {
+        let node = joiner_node.clone();
+        async move { raft.add_learner(joiner, node, true).await.map(|_| ()) }
+    })
+    .await;
+    let founders = 0..NODES as usize;
+    bounce(&mut sim, &workload, rng.gen_range(founders), &mut rng).await;
+
+    let all: BTreeSet<NodeId> = (1..=joiner).collect();
+    change_every_group(&sim, seed, "learner promoted", |raft| {
+        let voters = all.clone();
+        async move { raft.change_membership(voters, false).await.map(|_| ()) }
+    })
+    .await;
+    bounce(&mut sim, &workload, rng.gen_range(0..=JOINER), &mut rng).await;
+
+    let leaver = LEAVER as NodeId + 1;
+    let remaining: BTreeSet<NodeId> = all.iter().copied().filter(|n| *n != leaver).collect();
+    change_every_group(&sim, seed, "node removed", |raft| {
+        let voters = remaining.clone();
+        async move { raft.change_membership(voters, false).await.map(|_| ()) }
+    })
+    .await;
+    sim.crash(LEAVER).await;
+    *workload.alive.lock().unwrap() = sim.alive();
+    bounce(&mut sim, &workload, rng.gen_range(1..=JOINER), &mut rng).await;
+
+    sim.net.set_faults(0, 2);
+    tokio::time::sleep(CALM).await;
+    let history = workload.finish(&sim).await;
+    converge(&sim, seed).await;
+    for node in sim.alive() {
+        for group in node.groups() {
+            let metrics = group.raft().metrics().borrow().clone();
+            let voters: BTreeSet<NodeId> =
+                metrics.membership_config.membership().voter_ids().collect();
+            assert_eq!(
+                voters,
+                remaining,
+                "seed {seed}: node {} sees group {}'s voters as {voters:?}",
+                node.node_id(),
+                group.index()
+            );
+        }
+    }
+    check(&sim, seed, &history).await;
+    let trace = sim.trace.lock().unwrap().clone();
+    for i in 0..=JOINER {
+        sim.crash(i).await;
+    }
+    trace
+}
+
+/// Runs `change` on each group's leader, again after a leadership change
+/// or a timeout, until the leader answers that it is done.
+async fn change_every_group<F, Fut, E>(sim: &Sim, seed: u64, what: &str, change: F)
+where
+    F: Fn(Raft) -> Fut,
+    Fut: Future<Output = Result<(), E>>,
+    E: std::fmt::Display,
+{
+    let groups = sim.alive()[0].groups().len();
+    for g in 0..groups {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let leader = sim
+                .alive()
+                .into_iter()
+                .find(|n| n.groups()[g].leader() == Some(n.node_id()));
+            if let Some(leader) = leader {
+                let raft = leader.groups()[g].raft().clone();
+                match tokio::time::timeout(Duration::from_secs(10), change(raft)).await {
+                    Ok(Ok(())) => break,
+                    Ok(Err(e)) => sim.note(format!("{} group {g} not yet {what}: {e}", at())),
+                    Err(_) => sim.note(format!("{} group {g} not yet {what}: timed out", at())),
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "seed {seed}: group {g} never {what}"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        sim.note(format!("{} group {g} {what}", at()));
+    }
+}
+
+/// Crashes node `i` and starts it again a little later, the clients
+/// following.
+async fn bounce(sim: &mut Sim, workload: &Workload, i: usize, rng: &mut StdRng) {
+    sim.crash(i).await;
+    *workload.alive.lock().unwrap() = sim.alive();
+    tokio::time::sleep(Duration::from_millis(rng.gen_range(100..1500))).await;
+    sim.start(i).await;
+    *workload.alive.lock().unwrap() = sim.alive();
+}
