@@ -83,6 +83,10 @@ pub enum EngineError {
     /// too slow, or what came back failed its checksum).
     #[error("{0}")]
     Tier(String),
+    /// A membership change was refused (it would cost a group its
+    /// quorum, the node id is taken, the group does not exist, ...).
+    #[error("{0}")]
+    Membership(String),
     /// Too many bytes wait to be tiered (the object store is down or
     /// slow): writes wait until the tierer catches up.
     #[error("{untiered} bytes wait to be moved to the object store, more than the {cap} allowed; retry later")]
@@ -133,6 +137,25 @@ pub trait NodeEngine: Send + Sync + 'static {
     /// Which node serves requests for `name`.
     fn route(&self, _name: &str) -> Route {
         Route::Local
+    }
+
+    /// Which node serves requests for group `group` (membership changes).
+    fn group_route(&self, _group: u32) -> Route {
+        Route::Local
+    }
+
+    /// Applies a membership change to group `group`, at its leader (this
+    /// node: see [`NodeEngine::group_route`]).
+    fn change_member(
+        &self,
+        _group: u32,
+        _change: cluster::membership::MemberChange,
+    ) -> BoxFuture<'_, Result<cluster::membership::MemberReport, EngineError>> {
+        Box::pin(async {
+            Err(EngineError::Membership(
+                "this server is a single node: it has no cluster membership to change".into(),
+            ))
+        })
     }
 
     /// Whether groups are replicated across nodes (a cluster), so that

@@ -227,6 +227,7 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
             }
         }
         EngineError::CrossGroupFork => StatusCode::NOT_IMPLEMENTED,
+        EngineError::Membership(_) => StatusCode::CONFLICT,
     };
     (status, reason)
 }

@@ -73,6 +73,9 @@ async fn route(app: AppState, request: Request<Body>) -> Response {
             .await
             .unwrap_or_else(IntoResponse::into_response);
     }
+    if path.starts_with(handlers::members::PREFIX) {
+        return handlers::members::change(app, request).await;
+    }
     if path == subscriptions::ROTATE_KEY_PATH {
         return subscriptions::rotate_key(app, request).await;
     }

@@ -1,7 +1,9 @@
 //! `runnel ctl`: operator commands. `status` prints what a node's
 //! `/_runnel/status` reports: the nodes, and per group its leader, term,
 //! log and applied indexes and each follower's replication lag.
-//! `rotate-webhook-key` replaces the key that signs webhooks.
+//! `rotate-webhook-key` replaces the key that signs webhooks. `node add`,
+//! `node remove` and `node replace` change the cluster's membership
+//! ([`membership`]).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -9,8 +11,13 @@ use std::time::Duration;
 
 use clap::Subcommand;
 
+mod membership;
+
 #[derive(Subcommand)]
 pub enum CtlCommand {
+    /// Add or remove cluster members.
+    #[command(subcommand)]
+    Node(NodeCommand),
     /// Nodes, groups, leaders, terms and replication lag.
     Status {
         /// Any node's base URL, e.g. http://127.0.0.1:4437.
@@ -47,8 +54,69 @@ pub enum CtlCommand {
     },
 }
 
+/// Cluster membership.
+#[derive(Subcommand)]
+pub enum NodeCommand {
+    /// Make a running node a member of every group: a learner first,
+    /// caught up by snapshot and log, then a voter. Start the new node
+    /// first, with `--peers` naming the existing nodes and itself.
+    Add {
+        /// The new node's id (unique in the cluster).
+        #[arg(long)]
+        node_id: u64,
+        /// The new node's HTTP address, HOST:PORT (Raft on the next port).
+        #[arg(long)]
+        addr: String,
+        #[command(flatten)]
+        common: NodeArgs,
+    },
+    /// Take a node out of every group. Refused for a group that would
+    /// be left without a reachable quorum. Wipe a removed node's data
+    /// directory before it serves again.
+    Remove {
+        #[arg(long)]
+        node_id: u64,
+        #[command(flatten)]
+        common: NodeArgs,
+    },
+    /// Replace a node (a dead machine, say) by a new one: the new node is
+    /// added to every group first, so the groups never have fewer
+    /// replicas than before, then the old one is removed.
+    Replace {
+        /// The node that goes.
+        #[arg(long)]
+        node_id: u64,
+        /// The node that takes its place (a new id), already started.
+        #[arg(long)]
+        new_node_id: u64,
+        /// The new node's HTTP address, HOST:PORT.
+        #[arg(long)]
+        addr: String,
+        #[command(flatten)]
+        common: NodeArgs,
+    },
+}
+
+#[derive(clap::Args)]
+pub struct NodeArgs {
+    /// Any member's base URL.
+    #[arg(long, default_value = "http://127.0.0.1:4437")]
+    target: String,
+    /// Bearer token with `admin` on every stream.
+    #[arg(long, env = "RUNNEL_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// https:// targets: the CA's PEM file [default: the system's CAs].
+    #[arg(long)]
+    ca: Option<std::path::PathBuf>,
+    /// Give up on a group after this long without progress (a leader
+    /// change or a slow catch-up); running the command again resumes it.
+    #[arg(long, default_value_t = 120)]
+    timeout_secs: u64,
+}
+
 pub fn run(command: CtlCommand) -> Result<(), String> {
     match command {
+        CtlCommand::Node(node) => membership::run(node),
         CtlCommand::Status {
             target,
             json,
@@ -105,7 +173,9 @@ fn render(status: &serde_json::Value) -> String {
             out.push_str(&format!("  {id}  {}\n", addr.as_str().unwrap_or("?")));
         }
     }
-    out.push_str("\ngroup  leader  term  state      last-log  applied  votes  follower lag\n");
+    out.push_str(
+        "\ngroup  leader  term  state      last-log  applied  votes  members       follower lag\n",
+    );
     for group in status["groups"].as_array().into_iter().flatten() {
         let lag: Vec<String> = group["follower_lag"]
             .as_array()
@@ -117,8 +187,17 @@ fn render(status: &serde_json::Value) -> String {
             })
             .collect();
         let number = |v: &serde_json::Value| v.as_u64().map_or("-".into(), |n| n.to_string());
+        // Voters, then learners (catching up) with a `+`: "1,2,3+4".
+        let ids = |v: &serde_json::Value| -> Vec<String> {
+            v.as_array().into_iter().flatten().map(&number).collect()
+        };
+        let mut members = ids(&group["voters"]).join(",");
+        for learner in ids(&group["learners"]) {
+            members.push('+');
+            members.push_str(&learner);
+        }
         out.push_str(&format!(
-            "{:<6} {:<7} {:<5} {:<10} {:<9} {:<8} {:<6} {}\n",
+            "{:<6} {:<7} {:<5} {:<10} {:<9} {:<8} {:<6} {:<13} {}\n",
             number(&group["group"]),
             number(&group["leader"]),
             number(&group["term"]),
@@ -131,6 +210,7 @@ fn render(status: &serde_json::Value) -> String {
                 Some(false) => "no",
                 None => "?",
             },
+            members,
             if lag.is_empty() {
                 "-".into()
             } else {
@@ -167,7 +247,7 @@ fn render_tiering(tiering: &serde_json::Value) -> String {
 }
 
 /// A plain HTTP/1.1 request without a body, inside TLS for `https://`
-/// (the answers are small; no client crate).
+/// (the answers are small; no client crate): the body of a 200 answer.
 fn http_request(
     method: &str,
     base: &str,
@@ -175,6 +255,22 @@ fn http_request(
     token: Option<&str>,
     ca: Option<&std::path::Path>,
 ) -> Result<String, String> {
+    let (status, body) = http_exchange(method, base, path, token, ca, Duration::from_secs(5))?;
+    if status != 200 {
+        return Err(format!("{base} answered {status}: {}", body.trim()));
+    }
+    Ok(body)
+}
+
+/// [`http_request`], any answer: its status code and body.
+fn http_exchange(
+    method: &str,
+    base: &str,
+    path: &str,
+    token: Option<&str>,
+    ca: Option<&std::path::Path>,
+    timeout: Duration,
+) -> Result<(u16, String), String> {
     let (authority, tls) = match (base.strip_prefix("http://"), base.strip_prefix("https://")) {
         (Some(rest), _) => (rest, false),
         (_, Some(rest)) => (rest, true),
@@ -183,7 +279,7 @@ fn http_request(
     let authority = authority.trim_end_matches('/');
     let tcp =
         TcpStream::connect(authority).map_err(|e| format!("cannot connect to {authority}: {e}"))?;
-    tcp.set_read_timeout(Some(Duration::from_secs(5)))
+    tcp.set_read_timeout(Some(timeout))
         .map_err(|e| e.to_string())?;
     let mut stream: Box<dyn ReadWrite> = if tls {
         let config = runnel_tls::client_config(ca).map_err(|e| e.to_string())?;
@@ -219,13 +315,12 @@ fn http_request(
     let (head, body) = response
         .split_once("\r\n\r\n")
         .ok_or_else(|| format!("{authority} sent a malformed response"))?;
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(format!(
-            "{authority} answered {}",
-            head.lines().next().unwrap_or("")
-        ));
-    }
-    Ok(body.to_string())
+    let status = head
+        .strip_prefix("HTTP/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .ok_or_else(|| format!("{authority} sent a malformed status line"))?;
+    Ok((status, body.to_string()))
 }
 
 trait ReadWrite: Read + Write {}
@@ -234,6 +329,25 @@ impl<T: Read + Write> ReadWrite for T {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn status_shows_each_groups_voters_and_learners() {
+        let status = serde_json::json!({
+            "mode": "cluster", "node_id": 2, "nodes": {"1": "a:1", "2": "b:1"},
+            "tiering": null,
+            "groups": [{
+                "group": 0, "leader": 1, "term": 3, "state": "Follower",
+                "last_log_index": 9, "last_applied_index": 9, "votes": true,
+                "voters": [1, 2, 3], "learners": [4], "follower_lag": [],
+            }],
+        });
+        let text = render(&status);
+        let row = text
+            .lines()
+            .find(|l| l.starts_with("0 "))
+            .expect("group row");
+        assert!(row.contains(" 1,2,3+4 "), "{text}");
+    }
 
     #[test]
     fn status_shows_tiered_and_untiered_bytes_and_a_full_backlog() {

@@ -113,37 +113,19 @@ async fn killing_a_leader_loses_no_acknowledged_append() {
             while !stop.load(Ordering::Relaxed) {
                 let message = format!("<{w}:{seq}>");
                 let sent = Instant::now();
-                let result = client
-                    .post(&urls[attempt % urls.len()])
-                    .header("content-type", "text/plain")
-                    .header("producer-id", format!("writer-{w}"))
-                    .header("producer-epoch", "0")
-                    .header("producer-seq", seq.to_string())
-                    .body(message.clone())
-                    .send()
-                    .await;
+                let url = &urls[attempt % urls.len()];
+                let result = common::idempotent_append(&client, url, w, seq, &message).await;
                 // A request that hangs and then succeeds is an outage too.
                 if sent.elapsed() > Duration::from_secs(1) {
                     note_failure(&outages, &urls[0]);
                 }
                 match result {
-                    Ok(r) if r.status().is_success() => {
+                    Ok(()) => {
                         writer.lock().unwrap().acked.push(message);
                         seq += 1;
                     }
-                    Ok(r) => {
-                        let status = r.status();
-                        let reason = r.text().await.unwrap_or_default();
-                        errors
-                            .lock()
-                            .unwrap()
-                            .push(format!("{status} {}", reason.trim()));
-                        note_failure(&outages, &urls[0]);
-                        attempt += 1;
-                        tokio::time::sleep(Duration::from_millis(20)).await;
-                    }
                     Err(e) => {
-                        errors.lock().unwrap().push(e.to_string());
+                        errors.lock().unwrap().push(e);
                         note_failure(&outages, &urls[0]);
                         attempt += 1;
                         tokio::time::sleep(Duration::from_millis(20)).await;

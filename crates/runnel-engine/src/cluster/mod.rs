@@ -15,7 +15,7 @@
 //! DATA_DIR/log/          the shared log: Raft records of every group
 //! ```
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -35,7 +35,7 @@ use crate::raft::collect::Collector;
 use crate::raft::group::RaftGroup;
 use crate::raft::journal::{Durability, GroupLog, JournalStore};
 use crate::raft::state_machine::{AppliedPoint, GroupShared, GroupStateMachine, Persisted};
-use crate::raft::transport::{raft_addr, PeerLink, ReadIndex, Served, TcpTransport, Transport};
+use crate::raft::transport::{raft_addr, Links, ReadIndex, Served, TcpTransport, Transport};
 use crate::raft::vote_guard::VoteGuard;
 use crate::raft::{rebalance, snapshot};
 use crate::raft::{NodeId, Raft};
@@ -43,6 +43,7 @@ use crate::tier::{self, GroupTier, Tiering};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
 
+pub mod membership;
 mod reads;
 mod report;
 
@@ -119,11 +120,11 @@ impl ClusterNode {
     /// the groups and the Raft listener (HTTP port + 1), and forms the
     /// cluster if it is new.
     pub async fn open(config: &ClusterConfig) -> Result<Arc<ClusterNode>, OpenError> {
-        let mut links = HashMap::new();
+        let mut peers = Vec::new();
         for (id, http) in &config.peers {
             if *id != config.node_id {
                 let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
-                links.insert(*id, Arc::new(PeerLink::new(*id, addr, config.tls.clone())));
+                peers.push((*id, addr));
             }
         }
         let own_addr = config
@@ -133,7 +134,7 @@ impl ClusterNode {
                 reason: format!("--peers does not list this node ({})", config.node_id),
             })?;
         let transport = TcpTransport {
-            links: Arc::new(links),
+            links: Arc::new(Links::new(peers, config.tls.clone())),
             listen: raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?,
             tls: config.tls.clone(),
         };
@@ -309,7 +310,6 @@ impl ClusterNode {
         });
         let mut tasks = transport.serve(Arc::clone(&served)).await?;
 
-        let nodes: Vec<NodeId> = members.keys().copied().collect();
         tasks.push(tokio::spawn(form_and_balance(
             groups.clone(),
             config.node_id,
@@ -318,10 +318,14 @@ impl ClusterNode {
             Arc::clone(&served),
             config.election_timeout.1 * 3,
         )));
+        tasks.push(tokio::spawn(membership::link_members(
+            groups.clone(),
+            config.node_id,
+            Arc::clone(&transport),
+        )));
         tasks.push(tokio::spawn(rebalance::rebalance(
             groups.clone(),
             config.node_id,
-            nodes,
             Arc::clone(&transport),
             config.election_timeout.1 * 6,
         )));
@@ -670,6 +674,20 @@ impl NodeEngine for ClusterNode {
 
     fn route(&self, name: &str) -> Route {
         self.route_to(self.group_for(name))
+    }
+
+    fn group_route(&self, group: u32) -> Route {
+        self.groups
+            .get(group as usize)
+            .map_or(Route::NoLeader, |g| self.route_to(g))
+    }
+
+    fn change_member(
+        &self,
+        group: u32,
+        change: membership::MemberChange,
+    ) -> BoxFuture<'_, Result<membership::MemberReport, EngineError>> {
+        Box::pin(ClusterNode::change_member(self, group, change))
     }
 
     fn control_route(&self) -> Route {

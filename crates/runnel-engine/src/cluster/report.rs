@@ -32,6 +32,22 @@ impl ClusterNode {
         }
     }
 
+    /// Every node's HTTP address: those `--peers` named, and the members
+    /// of any group that joined since.
+    fn known_nodes(&self) -> std::collections::BTreeMap<crate::raft::NodeId, String> {
+        let mut nodes = self.peers.clone();
+        for group in &self.groups {
+            for (node, raft_addr) in group.members() {
+                if let std::collections::btree_map::Entry::Vacant(entry) = nodes.entry(node) {
+                    if let Ok(addr) = crate::raft::transport::http_addr(&raft_addr) {
+                        entry.insert(addr);
+                    }
+                }
+            }
+        }
+        nodes
+    }
+
     pub(super) fn report_status(&self) -> serde_json::Value {
         if let Some(tiering) = &self.tiering {
             tier::uploader::count_totals(&self.groups, tiering);
@@ -48,7 +64,7 @@ impl ClusterNode {
         serde_json::json!({
             "mode": "cluster",
             "node_id": self.node_id,
-            "nodes": self.peers,
+            "nodes": self.known_nodes(),
             "log_position": self.log.durable_position(),
             "write_failure": self.write_failure(),
             "tiering": self.tiering.as_ref().map(|t| t.status()),

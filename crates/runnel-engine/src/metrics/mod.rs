@@ -66,6 +66,8 @@ pub struct PeerMetrics {
     pub failures: u64,
     /// Round trips of the calls answered, failed or not.
     pub latency: histogram::Snapshot,
+    /// Whether the last attempt to connect succeeded.
+    pub reachable: bool,
 }
 
 /// One Raft group as this node sees it.

@@ -67,6 +67,9 @@ pub struct GroupStatus {
     /// Whether this node votes in the group: false while it rejoins
     /// without its state and has not caught up (see `raft::vote_guard`).
     pub votes: bool,
+    /// The group's members as this node knows them.
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
 }
 
 impl RaftGroup {
@@ -154,6 +157,18 @@ impl RaftGroup {
         self.raft.metrics().borrow().current_leader
     }
 
+    /// The group's members (voters and learners) and their Raft
+    /// addresses, as its membership records them.
+    pub fn members(&self) -> Vec<(NodeId, String)> {
+        let metrics = self.raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        membership
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect()
+    }
+
     /// The HTTP address of `node` as the group's membership records it
     /// (a node that joined after this one started is in no `--peers`).
     pub fn member_http_addr(&self, node: NodeId) -> Option<String> {
@@ -196,6 +211,12 @@ impl RaftGroup {
                 .collect(),
             // The cluster node overrides this from its vote guard.
             votes: true,
+            voters: metrics.membership_config.membership().voter_ids().collect(),
+            learners: metrics
+                .membership_config
+                .membership()
+                .learner_ids()
+                .collect(),
         }
     }
 

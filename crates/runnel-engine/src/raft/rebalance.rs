@@ -1,7 +1,7 @@
 //! Leadership back to each group's preferred node after a failover.
 //!
-//! Groups start with balanced leaders (group `g` prefers node
-//! `g mod nodes`), but a failover moves a group's leadership to another
+//! Groups start with balanced leaders (group `g` prefers the voter
+//! `g mod voters` of its membership, in node-id order), but a failover moves a group's leadership to another
 //! node and nothing would move it back: after a node restarts, the others
 //! keep leading its groups. openraft 0.9 has no leadership transfer, so a
 //! leader that is not its group's preferred node, once that node has been
@@ -49,7 +49,6 @@ const LEASE_MARGIN: Duration = Duration::from_millis(300);
 pub(crate) async fn rebalance(
     groups: Vec<Arc<RaftGroup>>,
     me: NodeId,
-    nodes: Vec<NodeId>,
     transport: Arc<impl Transport>,
     start_after: Duration,
 ) {
@@ -58,7 +57,16 @@ pub(crate) async fn rebalance(
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
         for (g, group) in groups.iter().enumerate() {
-            let preferred = nodes[g % nodes.len()];
+            // Every replica agrees on the voters (they are replicated), so
+            // on the preferred node too, whoever joined or left.
+            let nodes: Vec<NodeId> = {
+                let metrics = group.raft().metrics();
+                let metrics = metrics.borrow();
+                metrics.membership_config.membership().voter_ids().collect()
+            };
+            let Some(&preferred) = nodes.get(g % nodes.len().max(1)) else {
+                continue;
+            };
             if preferred == me
                 || group.leader() != Some(me)
                 || !follower_within(group, preferred, NEARLY_CAUGHT_UP)

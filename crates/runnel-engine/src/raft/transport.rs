@@ -177,6 +177,7 @@ impl PeerLink {
             node: self.peer,
             failures: self.failures.load(Ordering::Relaxed),
             latency: self.latency.snapshot(),
+            reachable: self.reachable.load(Ordering::Relaxed),
         }
     }
 
@@ -404,6 +405,10 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// How `node`'s copy of `group` stands, if it answers.
     fn probe(&self, node: NodeId, group: u32) -> crate::BoxFuture<'_, Option<PeerGroup>>;
 
+    /// `node`, at Raft address `addr`, is a member of some group (it may
+    /// have joined after this node started): link to it.
+    fn learn(&self, _node: NodeId, _addr: &str) {}
+
     /// The read index of `group` from `leader` (see [`ReadIndex`]).
     fn read_index(
         &self,
@@ -450,9 +455,62 @@ pub(crate) async fn leader_read_index(raft: &Raft) -> Result<Option<u64>, String
         .map_err(|e| e.to_string())
 }
 
+/// The links to the peers, by node id: those `--peers` named, and those
+/// that joined later, linked on first use from the Raft address a
+/// group's membership gives them.
+pub struct Links {
+    map: std::sync::RwLock<HashMap<NodeId, Arc<PeerLink>>>,
+    tls: Option<Arc<runnel_tls::ClusterTls>>,
+}
+
+impl Links {
+    /// Links to `peers` (node id to Raft address).
+    pub fn new(
+        peers: impl IntoIterator<Item = (NodeId, String)>,
+        tls: Option<Arc<runnel_tls::ClusterTls>>,
+    ) -> Links {
+        let map = peers
+            .into_iter()
+            .map(|(id, addr)| (id, Arc::new(PeerLink::new(id, addr, tls.clone()))))
+            .collect();
+        Links {
+            map: std::sync::RwLock::new(map),
+            tls,
+        }
+    }
+
+    pub fn get(&self, node: NodeId) -> Option<Arc<PeerLink>> {
+        self.map.read().expect("links lock").get(&node).cloned()
+    }
+
+    /// The link to `node` at `addr`: a new one for a node not linked yet,
+    /// or linked at another address (a replaced machine).
+    pub fn link(&self, node: NodeId, addr: &str) -> Arc<PeerLink> {
+        if let Some(link) = self.get(node).filter(|l| l.addr == addr) {
+            return link;
+        }
+        let link = Arc::new(PeerLink::new(node, addr.to_string(), self.tls.clone()));
+        tracing::info!(node, addr, "linking to a peer from a group's membership");
+        self.map
+            .write()
+            .expect("links lock")
+            .insert(node, Arc::clone(&link));
+        link
+    }
+
+    pub fn all(&self) -> Vec<Arc<PeerLink>> {
+        self.map
+            .read()
+            .expect("links lock")
+            .values()
+            .cloned()
+            .collect()
+    }
+}
+
 /// TCP links to every peer and a listener for theirs.
 pub(crate) struct TcpTransport {
-    pub links: Arc<HashMap<NodeId, Arc<PeerLink>>>,
+    pub links: Arc<Links>,
     /// This node's Raft address.
     pub listen: String,
     pub tls: Option<Arc<runnel_tls::ClusterTls>>,
@@ -462,7 +520,7 @@ impl Transport for TcpTransport {
     type Network = NetworkFactory;
 
     fn peer_metrics(&self) -> Vec<PeerMetrics> {
-        let mut peers: Vec<PeerMetrics> = self.links.values().map(|l| l.metrics()).collect();
+        let mut peers: Vec<PeerMetrics> = self.links.all().iter().map(|l| l.metrics()).collect();
         peers.sort_by_key(|p| p.node);
         peers
     }
@@ -502,7 +560,7 @@ impl Transport for TcpTransport {
         Box::pin(async move {
             let link = self
                 .links
-                .get(&leader)
+                .get(leader)
                 .ok_or_else(|| format!("node {leader} is not among the peers"))?;
             link.read_index(group).await
         })
@@ -517,7 +575,7 @@ impl Transport for TcpTransport {
         Box::pin(async move {
             let link = self
                 .links
-                .get(&node)
+                .get(node)
                 .ok_or_else(|| format!("node {node} is not among the peers"))?;
             link.handoff(group, role).await
         })
@@ -526,7 +584,7 @@ impl Transport for TcpTransport {
     fn probe_peers(&self, group: u32) -> crate::BoxFuture<'_, PeerGroup> {
         Box::pin(async move {
             let mut all = PeerGroup::default();
-            for link in self.links.values() {
+            for link in self.links.all() {
                 all = all.any(link.probe(group).await.unwrap_or_default());
             }
             all
@@ -534,7 +592,11 @@ impl Transport for TcpTransport {
     }
 
     fn probe(&self, node: NodeId, group: u32) -> crate::BoxFuture<'_, Option<PeerGroup>> {
-        Box::pin(async move { self.links.get(&node)?.probe(group).await })
+        Box::pin(async move { self.links.get(node)?.probe(group).await })
+    }
+
+    fn learn(&self, node: NodeId, addr: &str) {
+        self.links.link(node, addr);
     }
 }
 
@@ -542,7 +604,7 @@ impl Transport for TcpTransport {
 #[derive(Clone)]
 pub struct NetworkFactory {
     pub group: u32,
-    pub peers: Arc<HashMap<NodeId, Arc<PeerLink>>>,
+    pub peers: Arc<Links>,
 }
 
 pub struct GroupNetwork {
@@ -554,11 +616,11 @@ pub struct GroupNetwork {
 impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
     type Network = GroupNetwork;
 
-    async fn new_client(&mut self, target: NodeId, _node: &BasicNode) -> GroupNetwork {
+    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> GroupNetwork {
         GroupNetwork {
             group: self.group,
             target,
-            link: self.peers.get(&target).cloned(),
+            link: Some(self.peers.link(target, &node.addr)),
         }
     }
 }

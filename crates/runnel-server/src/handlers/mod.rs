@@ -9,6 +9,7 @@ mod delete;
 mod head;
 pub mod leader_retry;
 pub mod list;
+pub mod members;
 mod pin;
 mod read;
 pub mod read_token;

@@ -8,6 +8,8 @@ pub struct Cluster {
     dir: PathBuf,
     pub ports: Vec<u16>,
     peers: String,
+    /// A node's own `--peers` where it differs (a node that joined).
+    own_peers: Vec<Option<String>>,
     extra: Vec<String>,
     children: Vec<Option<Child>>,
     /// Extra environment of each node's next start.
@@ -61,6 +63,7 @@ impl Cluster {
             dir: dir.to_path_buf(),
             ports,
             peers,
+            own_peers: vec![None; nodes],
             extra: extra.iter().map(|s| s.to_string()).collect(),
             children: (0..nodes).map(|_| None).collect(),
             env: vec![Vec::new(); nodes],
@@ -102,7 +105,7 @@ impl Cluster {
             .arg("--node-id")
             .arg((i + 1).to_string())
             .arg("--peers")
-            .arg(&self.peers)
+            .arg(self.own_peers[i].as_ref().unwrap_or(&self.peers))
             .arg("--data-dir")
             .arg(self.dir.join(format!("n{}", i + 1)))
             .args(&self.extra)
@@ -116,6 +119,21 @@ impl Cluster {
             .spawn()
             .expect("runnel binary starts");
         self.children[i] = Some(child);
+    }
+
+    /// Starts one more node (its index is returned) whose `--peers` name
+    /// the others and itself; the others' do not name it. It holds no
+    /// group until `runnel ctl node add` makes it a member.
+    pub async fn start_joiner(&mut self) -> usize {
+        let i = self.ports.len();
+        let port = super::reserve_ports(2);
+        self.ports.push(port);
+        self.own_peers
+            .push(Some(format!("{},{}=127.0.0.1:{port}", self.peers, i + 1)));
+        self.children.push(None);
+        self.env.push(Vec::new());
+        self.restart(i).await;
+        i
     }
 
     /// Sets environment variables of node `i`'s next start.

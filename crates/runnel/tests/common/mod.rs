@@ -280,6 +280,35 @@ pub async fn append_text(client: &reqwest::Client, url: &str, body: &str) {
     assert_eq!(r.status(), 204, "appending to {url}");
 }
 
+/// Appends `message` to the `text/plain` stream at `url` as idempotent
+/// producer `writer-{writer}` (epoch 0, sequence `seq`); an error answer
+/// or a failed request comes back as one line.
+#[allow(dead_code)] // only the tests with writers through a cluster
+pub async fn idempotent_append(
+    client: &reqwest::Client,
+    url: &str,
+    writer: usize,
+    seq: u64,
+    message: &str,
+) -> Result<(), String> {
+    let answer = client
+        .post(url)
+        .header("content-type", "text/plain")
+        .header("producer-id", format!("writer-{writer}"))
+        .header("producer-epoch", "0")
+        .header("producer-seq", seq.to_string())
+        .body(message.to_string())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if answer.status().is_success() {
+        return Ok(());
+    }
+    let status = answer.status();
+    let reason = answer.text().await.unwrap_or_default();
+    Err(format!("{status} {}", reason.trim()))
+}
+
 /// Reads a whole stream by following Stream-Next-Offset.
 #[allow(dead_code)] // not every test binary reads whole streams
 pub async fn read_all(client: &reqwest::Client, url: &str) -> Vec<u8> {

@@ -1,0 +1,201 @@
+//! Membership changes, one group at a time at its leader: a node is added
+//! (as a learner, caught up by snapshot and log, then promoted to voter)
+//! or removed (its replica leaves the group). `runnel ctl node add` and
+//! `node remove` drive every group through these, each at its leader;
+//! each step is idempotent, so a command cut short is finished by running
+//! it again.
+//!
+//! A node that joined after the others started is named by no `--peers`:
+//! the nodes find its Raft address in the groups' membership
+//! ([`link_members`]), and route requests to it from there.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::ClientWriteError;
+use openraft::{BasicNode, ChangeMembers};
+use serde::Serialize;
+
+use super::ClusterNode;
+use crate::raft::group::RaftGroup;
+use crate::raft::transport::{raft_addr, Transport};
+use crate::raft::NodeId;
+use crate::{EngineError, MaintainedGroup};
+
+/// How long a new member may take to catch up before the command gives
+/// up (it can be run again and goes on from where it stopped).
+const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
+
+/// A change to one group's membership.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MemberChange {
+    /// `node`, serving HTTP at `http_addr` (Raft on the next port),
+    /// becomes a voter.
+    Add { node: NodeId, http_addr: String },
+    /// `node` leaves the group.
+    Remove { node: NodeId },
+}
+
+/// A group's membership after a change.
+#[derive(Debug, Clone, Serialize)]
+pub struct MemberReport {
+    pub group: u32,
+    pub voters: Vec<NodeId>,
+    pub learners: Vec<NodeId>,
+    /// False when the group already was as asked.
+    pub changed: bool,
+}
+
+impl ClusterNode {
+    /// Applies `change` to group `group`, which this node must lead.
+    pub async fn change_member(
+        &self,
+        group: u32,
+        change: MemberChange,
+    ) -> Result<MemberReport, EngineError> {
+        let g = self
+            .groups
+            .get(group as usize)
+            .ok_or_else(|| EngineError::Membership(format!("there is no group {group}")))?;
+        if g.leader() != Some(self.node_id) {
+            return Err(EngineError::NotLeader(g.leader()));
+        }
+        let changed = match change {
+            MemberChange::Add { node, http_addr } => add(g, node, &http_addr).await?,
+            MemberChange::Remove { node } => {
+                let reachable: BTreeSet<NodeId> = (self.peer_metrics)()
+                    .into_iter()
+                    .filter(|p| p.reachable)
+                    .map(|p| p.node)
+                    .chain(std::iter::once(self.node_id))
+                    .collect();
+                remove(g, node, &reachable).await?
+            }
+        };
+        let (voters, learners) = members(g);
+        Ok(MemberReport {
+            group,
+            voters: voters.into_iter().collect(),
+            learners: learners.into_iter().collect(),
+            changed,
+        })
+    }
+}
+
+/// The group's voters and learners as this node knows them.
+fn members(group: &RaftGroup) -> (BTreeSet<NodeId>, BTreeSet<NodeId>) {
+    let metrics = group.raft().metrics();
+    let metrics = metrics.borrow();
+    let membership = metrics.membership_config.membership();
+    (
+        membership.voter_ids().collect(),
+        membership.learner_ids().collect(),
+    )
+}
+
+async fn add(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool, EngineError> {
+    let addr = raft_addr(http_addr).map_err(EngineError::Membership)?;
+    let known = group.member_http_addr(node);
+    if let Some(known) = known.as_deref().filter(|known| *known != http_addr) {
+        return Err(EngineError::Membership(format!(
+            "node {node} is already a member of group {}, at {known}: remove it first \
+             (or give the new node another id)",
+            group.index()
+        )));
+    }
+    let (voters, _) = members(group);
+    if voters.contains(&node) {
+        return Ok(false);
+    }
+    // A learner first: it catches up (snapshot and log) without counting
+    // towards the quorum, so the group's writes never wait for it.
+    let added = group.raft().add_learner(node, BasicNode { addr }, true);
+    match tokio::time::timeout(CATCH_UP_LIMIT, added).await {
+        Ok(result) => result.map_err(raft_refusal)?,
+        Err(_) => {
+            return Err(EngineError::Membership(format!(
+                "node {node} did not catch up with group {} within {} s; run the command \
+                 again to go on waiting",
+                group.index(),
+                CATCH_UP_LIMIT.as_secs()
+            )))
+        }
+    };
+    let promote = ChangeMembers::AddVoterIds(BTreeSet::from([node]));
+    group
+        .raft()
+        .change_membership(promote, false)
+        .await
+        .map_err(raft_refusal)?;
+    Ok(true)
+}
+
+async fn remove(
+    group: &RaftGroup,
+    node: NodeId,
+    reachable: &BTreeSet<NodeId>,
+) -> Result<bool, EngineError> {
+    let (voters, learners) = members(group);
+    if !voters.contains(&node) && !learners.contains(&node) {
+        return Ok(false);
+    }
+    let remaining: BTreeSet<NodeId> = voters.iter().copied().filter(|v| *v != node).collect();
+    let up = remaining.intersection(reachable).count();
+    let quorum = remaining.len() / 2 + 1;
+    if remaining.is_empty() || up < quorum {
+        return Err(EngineError::Membership(format!(
+            "removing node {node} would leave group {} without a quorum: {} of its \
+             remaining voters {remaining:?} are reachable, {quorum} are needed",
+            group.index(),
+            up
+        )));
+    }
+    let change = if voters.contains(&node) {
+        ChangeMembers::RemoveVoters(BTreeSet::from([node]))
+    } else {
+        ChangeMembers::RemoveNodes(BTreeSet::from([node]))
+    };
+    group
+        .raft()
+        .change_membership(change, false)
+        .await
+        .map_err(raft_refusal)?;
+    Ok(true)
+}
+
+/// openraft's answer to a membership change, as an engine error: "not
+/// leader" as such (the caller retries at the new leader), the rest as a
+/// refused change.
+fn raft_refusal(
+    error: openraft::error::RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>,
+) -> EngineError {
+    use openraft::error::RaftError;
+    match error {
+        RaftError::APIError(ClientWriteError::ForwardToLeader(forward)) => {
+            EngineError::NotLeader(forward.leader_id)
+        }
+        RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
+            EngineError::Membership(e.to_string())
+        }
+        RaftError::Fatal(fatal) => EngineError::Replication(fatal.to_string()),
+    }
+}
+
+/// Keeps a link to every member of every group (see the module docs).
+pub(super) async fn link_members(
+    groups: Vec<Arc<RaftGroup>>,
+    me: NodeId,
+    transport: Arc<impl Transport>,
+) {
+    loop {
+        for group in &groups {
+            for (node, addr) in group.members() {
+                if node != me {
+                    transport.learn(node, &addr);
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}

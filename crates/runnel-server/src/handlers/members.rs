@@ -1,0 +1,73 @@
+//! `POST /_runnel/cluster/groups/{group}/members?add=N&addr=HOST:PORT`
+//! and `?remove=N`: one group's membership change, applied at the
+//! group's leader (the request is forwarded there), for `admin`. `runnel
+//! ctl node add` and `node remove` send one per group; each is
+//! idempotent. The answer is the group's voters and learners after it.
+
+use axum::extract::Request;
+use axum::response::{IntoResponse, Response};
+use http::Method;
+use runnel_engine::cluster::membership::MemberChange;
+use runnel_engine::Route;
+
+use crate::error::ApiError;
+use crate::headers::{percent_decode, strict_integer};
+use crate::AppState;
+
+pub const PREFIX: &str = "/_runnel/cluster/groups/";
+
+pub async fn change(app: AppState, request: Request) -> Response {
+    match parse(&app, &request) {
+        Ok((group, change)) => match app.node.group_route(group) {
+            Route::Local => apply(&app, group, change)
+                .await
+                .unwrap_or_else(IntoResponse::into_response),
+            Route::Forward { node, addr } => super::forward(&app, node, &addr, request).await,
+            Route::NoLeader => {
+                ApiError::Unavailable(format!("group {group} has no leader at the moment; retry"))
+                    .into_response()
+            }
+        },
+        Err(e) => e.into_response(),
+    }
+}
+
+fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiError> {
+    super::check_admin(app, request)?;
+    if request.method() != Method::POST {
+        return Err(ApiError::MethodNotAllowed);
+    }
+    let group = request
+        .uri()
+        .path()
+        .strip_prefix(PREFIX)
+        .and_then(|rest| rest.strip_suffix("/members"))
+        .ok_or(ApiError::NotFound)
+        .and_then(|g| strict_integer(g, "the group"))?;
+    let group = u32::try_from(group).map_err(|_| ApiError::bad("no such group"))?;
+    let (mut add, mut addr, mut remove) = (None, None, None);
+    for pair in request.uri().query().unwrap_or("").split('&') {
+        match pair.split_once('=') {
+            Some(("add", value)) => add = Some(strict_integer(value, "add")?),
+            Some(("addr", value)) => addr = Some(percent_decode(value)?),
+            Some(("remove", value)) => remove = Some(strict_integer(value, "remove")?),
+            _ => {}
+        }
+    }
+    let change = match (add, addr, remove) {
+        (Some(node), Some(http_addr), None) => MemberChange::Add { node, http_addr },
+        (None, None, Some(node)) => MemberChange::Remove { node },
+        _ => {
+            return Err(ApiError::bad(
+                "a membership change is ?add=NODE_ID&addr=HOST:PORT or ?remove=NODE_ID",
+            ))
+        }
+    };
+    Ok((group, change))
+}
+
+async fn apply(app: &AppState, group: u32, change: MemberChange) -> Result<Response, ApiError> {
+    let report = app.node.change_member(group, change).await?;
+    let body = serde_json::to_vec(&report).unwrap_or_default();
+    Ok(([(http::header::CONTENT_TYPE, "application/json")], body).into_response())
+}

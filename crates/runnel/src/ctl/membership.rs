@@ -1,0 +1,164 @@
+//! `runnel ctl node add|remove|replace`: one membership change per group, each
+//! sent to the `--target` member (which forwards it to the group's
+//! leader) and sent again through leader changes and unreachable nodes
+//! until it is done, refused, or `--timeout-secs` pass. Every step is
+//! idempotent: a command cut short is finished by running it again.
+
+use std::time::{Duration, Instant};
+
+use super::{http_exchange, http_request, NodeArgs, NodeCommand};
+
+/// Pause between attempts at a group whose leader is changing.
+const RETRY_PAUSE: Duration = Duration::from_millis(500);
+
+pub fn run(command: NodeCommand) -> Result<(), String> {
+    match command {
+        NodeCommand::Add {
+            node_id,
+            addr,
+            common,
+        } => {
+            check_newcomer(&common, node_id, &addr)?;
+            let done = every_group(&common, &format!("add={node_id}&addr={addr}"))?;
+            println!("node {node_id} added in all {done} groups");
+        }
+        NodeCommand::Remove { node_id, common } => {
+            let done = every_group(&common, &format!("remove={node_id}"))?;
+            println!("node {node_id} removed in all {done} groups");
+        }
+        NodeCommand::Replace {
+            node_id,
+            new_node_id,
+            addr,
+            common,
+        } => {
+            check_newcomer(&common, new_node_id, &addr)?;
+            every_group(&common, &format!("add={new_node_id}&addr={addr}"))?;
+            let done = every_group(&common, &format!("remove={node_id}"))?;
+            println!("node {node_id} replaced by node {new_node_id} in all {done} groups");
+        }
+    }
+    Ok(())
+}
+
+/// Refuses a node to add that is not running at `addr`, is not a
+/// cluster node, calls itself by another id, or has another number of
+/// groups than the cluster (its data directory belongs elsewhere).
+fn check_newcomer(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(), String> {
+    let scheme = args.target.split("://").next().unwrap_or("http");
+    let base = format!("{scheme}://{addr}");
+    let fetch = |base: &str| -> Result<serde_json::Value, String> {
+        let body = http_request(
+            "GET",
+            base,
+            "/_runnel/status",
+            args.token.as_deref(),
+            args.ca.as_deref(),
+        )?;
+        serde_json::from_str(&body)
+            .map_err(|e| format!("{base} answered with something other than JSON: {e}"))
+    };
+    let newcomer = fetch(&base).map_err(|e| format!("start the new node first: {e}"))?;
+    if newcomer["mode"] != "cluster" {
+        return Err(format!(
+            "{addr} is a single node; start it with --node-id {node_id} and --peers naming \
+             the cluster's nodes and itself"
+        ));
+    }
+    if newcomer["node_id"] != node_id {
+        return Err(format!(
+            "{addr} is node {}, not node {node_id}",
+            newcomer["node_id"]
+        ));
+    }
+    let cluster = fetch(&args.target)?;
+    let count = |status: &serde_json::Value| status["groups"].as_array().map_or(0, Vec::len);
+    if count(&newcomer) != count(&cluster) {
+        return Err(format!(
+            "{addr} has {} groups and the cluster {}: it was started over another \
+             cluster's data directory, or with another --groups",
+            count(&newcomer),
+            count(&cluster)
+        ));
+    }
+    Ok(())
+}
+
+/// Applies the change `query` describes to every group, one at a time;
+/// answers how many groups there are.
+fn every_group(args: &NodeArgs, query: &str) -> Result<usize, String> {
+    let status = http_request(
+        "GET",
+        &args.target,
+        "/_runnel/status",
+        args.token.as_deref(),
+        args.ca.as_deref(),
+    )?;
+    let status: serde_json::Value = serde_json::from_str(&status).map_err(|e| {
+        format!(
+            "{} answered with something other than JSON: {e}",
+            args.target
+        )
+    })?;
+    if status["mode"] != "cluster" {
+        return Err(format!(
+            "{} is a single node: it has no membership to change",
+            args.target
+        ));
+    }
+    let groups = status["groups"].as_array().map_or(0, Vec::len);
+    for group in 0..groups {
+        let path = format!("/_runnel/cluster/groups/{group}/members?{query}");
+        let report = change_group(args, &path, group)?;
+        let unchanged = if report["changed"] == false {
+            " (already so)"
+        } else {
+            ""
+        };
+        eprintln!(
+            "group {group}: voters {} learners {}{unchanged}",
+            report["voters"], report["learners"]
+        );
+    }
+    Ok(groups)
+}
+
+/// Sends one group's change until it is done, refused, or time runs out.
+fn change_group(args: &NodeArgs, path: &str, group: usize) -> Result<serde_json::Value, String> {
+    let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let answer = http_exchange(
+            "POST",
+            &args.target,
+            path,
+            args.token.as_deref(),
+            args.ca.as_deref(),
+            left.max(Duration::from_secs(1)),
+        );
+        let passing = match answer {
+            Ok((200, body)) => {
+                return serde_json::from_str(&body)
+                    .map_err(|e| format!("group {group}: the answer is not JSON: {e}"))
+            }
+            // No leader or a leader change (503), or the target is
+            // unreachable: wait and send it again.
+            Ok((503, body)) => body,
+            Err(reason) => reason,
+            Ok((status, body)) => {
+                return Err(format!(
+                    "group {group}: refused ({status}): {}",
+                    body.trim()
+                ))
+            }
+        };
+        if Instant::now() + RETRY_PAUSE >= deadline {
+            return Err(format!(
+                "group {group}: not done after {} s ({}); run the command again to resume",
+                args.timeout_secs,
+                passing.trim()
+            ));
+        }
+        std::thread::sleep(RETRY_PAUSE);
+    }
+}
