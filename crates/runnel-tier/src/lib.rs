@@ -12,6 +12,7 @@
 pub mod cache;
 pub mod chunk;
 pub mod fault;
+mod mapped;
 pub mod names;
 pub mod store;
 

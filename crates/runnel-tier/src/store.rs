@@ -99,6 +99,9 @@ pub struct TierStore {
     /// of blocks at once, and a local store runs each read on a blocking
     /// thread of its own.
     reads: tokio::sync::Semaphore,
+    /// A `file://` store's directory, whose objects' larger ranges are
+    /// read by mapping them (see [`crate::mapped`]).
+    local_dir: Option<std::path::PathBuf>,
     pub stats: StoreStats,
 }
 
@@ -136,6 +139,7 @@ impl TierStore {
         ];
         options.extend(config.options.iter().cloned());
         let bad = |e: object_store::Error| TierError::Config(format!("object store: {e}"));
+        let mut local_dir = None;
         let (store, prefix): (Arc<dyn ObjectStore>, String) = match url.scheme() {
             "file" => {
                 let dir = url.to_file_path().map_err(|()| {
@@ -147,6 +151,7 @@ impl TierStore {
                     .map_err(bad)?
                     .with_fsync(true)
                     .with_automatic_cleanup(true);
+                local_dir = Some(dir);
                 (Arc::new(local), String::new())
             }
             "memory" => (
@@ -189,6 +194,10 @@ impl TierStore {
                 )))
             }
         };
+        if config.read_latency.is_some() {
+            // Reads go through the throttle.
+            local_dir = None;
+        }
         let store: Arc<dyn ObjectStore> = match config.read_latency {
             Some(wait) => Arc::new(object_store::throttle::ThrottledStore::new(
                 store,
@@ -202,6 +211,7 @@ impl TierStore {
         let mut opened = TierStore::from_store(store, Path::from(prefix), config.call_timeout);
         opened.part_bytes = config.multipart_part_bytes.max(5 << 20);
         opened.describe = config.url.clone();
+        opened.local_dir = local_dir;
         Ok(opened)
     }
 
@@ -214,6 +224,7 @@ impl TierStore {
             call_timeout,
             part_bytes: 16 << 20,
             reads: tokio::sync::Semaphore::new(MAX_CONCURRENT_READS),
+            local_dir: None,
             stats: StoreStats::default(),
         }
     }
@@ -336,9 +347,21 @@ impl TierStore {
     pub async fn get_range(&self, path: &Path, range: Range<u64>) -> Result<Bytes, TierError> {
         let full = self.full(path);
         let _permit = self.reads.acquire().await.expect("never closed");
-        let bytes = self
-            .call("get", path, self.inner.get_range(&full, range.clone()))
-            .await?;
+        let mapped = self
+            .local_dir
+            .as_ref()
+            .filter(|_| range.end - range.start >= crate::mapped::MIN_MAPPED)
+            .map(|dir| dir.join(full.as_ref()));
+        let bytes = match mapped {
+            Some(file) => {
+                let read = crate::mapped::map_range(file, range.clone());
+                self.call("get", path, read).await?
+            }
+            None => {
+                self.call("get", path, self.inner.get_range(&full, range.clone()))
+                    .await?
+            }
+        };
         if bytes.len() as u64 != range.end - range.start {
             return Err(TierError::Corrupt(format!(
                 "{path}: asked for {} bytes at {}, got {}",

@@ -139,6 +139,23 @@ async fn assemble(
 ) -> Result<Bytes, EngineError> {
     use futures::stream::{FuturesOrdered, StreamExt};
 
+    if let [Slice::Object {
+        stream,
+        chunk,
+        from,
+        to,
+    }] = slices
+    {
+        // One object slice (a stream's history in one chunk, the common
+        // case): its pieces are slices of cached blocks, and one piece is
+        // served as it is, without a copy.
+        let path = chunk_id(tier.group, *stream, chunk).path();
+        let mut pieces = object_pieces(tier, &path, layout(chunk), *from, *to).await?;
+        if pieces.len() == 1 {
+            return Ok(pieces.pop().expect("one piece"));
+        }
+        return Ok(Bytes::from(pieces.concat()));
+    }
     let total: u64 = slices.iter().map(Slice::len).sum();
     let mut body = Vec::with_capacity(total as usize);
     // Fetched ahead of the copy loop below, which takes them in order.
