@@ -1,12 +1,14 @@
 //! A cluster member: every group is a Raft group whose voters are all the
-//! nodes of the cluster, with its log in this node's shared log.
+//! members of the cluster, with its log in this node's shared log.
 //!
 //! The cluster forms on first start without any manual step: each node
 //! initializes every group with the same membership (the full peer list),
 //! which openraft accepts on every node, and the node that should lead a
 //! group (`group % nodes`, in node-id order) calls its election first, so
 //! leadership starts out balanced. After a restart each node recovers its
-//! groups' logs and votes from the shared log and rejoins.
+//! groups' logs and votes from the shared log and rejoins. Members are
+//! added and removed later, one group at a time, while the cluster serves
+//! ([`membership`]); every member still holds every group.
 //!
 //! Data directory layout (meta `format = 2`, cluster):
 //!
