@@ -3,8 +3,9 @@
 //! write through every node, the first node is then removed and stopped,
 //! the third dies with its disk and a fifth replaces it, and a removal
 //! that would leave the groups without a reachable quorum is refused, as
-//! is a node added under another id than its own. No acknowledged append is lost, the writers see no error,
-//! and every remaining replica ends identical.
+//! is a node added under another id than its own. No acknowledged
+//! append is lost, the writers see no error, and every remaining replica
+//! ends identical.
 
 mod common;
 

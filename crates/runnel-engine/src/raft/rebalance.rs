@@ -1,12 +1,12 @@
 //! Leadership back to each group's preferred node after a failover.
 //!
 //! Groups start with balanced leaders (group `g` prefers the voter
-//! `g mod voters` of its membership, in node-id order), but a failover moves a group's leadership to another
-//! node and nothing would move it back: after a node restarts, the others
-//! keep leading its groups. openraft 0.9 has no leadership transfer, so a
-//! leader that is not its group's preferred node, once that node has been
-//! (nearly) caught up for two checks in a row, hands the group over
-//! itself:
+//! `g mod voters` of its membership, in node-id order), but a failover
+//! moves a group's leadership to another node and nothing would move it
+//! back: after a node restarts, the others keep leading its groups.
+//! openraft 0.9 has no leadership transfer, so a leader that is not its
+//! group's preferred node, once that node has been (nearly) caught up for
+//! two checks in a row, hands the group over itself:
 //!
 //! 1. it stops submitting new batches (proposals queue) and waits for the
 //!    ones in flight, so every follower can hold the whole log;
