@@ -30,7 +30,9 @@ use crate::tier::{self, GroupTier, Tiering};
 use crate::view::GroupView;
 use crate::{now_ms, BoxFuture, EngineError, GroupEngine, NodeEngine, ReadResult};
 
-pub(crate) const META_FILE: &str = "runnel.meta";
+/// A node's metadata file in its data directory: format, group count
+/// and, for a cluster member, its node id.
+pub const META_FILE: &str = "runnel.meta";
 const FORMAT: u32 = 1;
 
 #[derive(Debug, Clone)]

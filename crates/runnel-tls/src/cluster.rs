@@ -1,4 +1,8 @@
 //! Mutual TLS between cluster nodes, each node named by its certificate.
+//!
+//! The cluster CA admits nodes: a certificate it signed for
+//! `node-N.runnel` is node N, whether N was a member when this node
+//! started or joined since (`runnel serve --join`, `runnel ctl node add`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -24,7 +28,6 @@ pub struct PeerNode(pub u64);
 /// This node's side of the cluster's mutual TLS.
 pub struct ClusterTls {
     node_id: u64,
-    members: Vec<u64>,
     roots: Arc<RootCertStore>,
     cert: Arc<ReloadableCert>,
     acceptor: TlsAcceptor,
@@ -35,21 +38,14 @@ impl std::fmt::Debug for ClusterTls {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClusterTls")
             .field("node_id", &self.node_id)
-            .field("members", &self.members)
             .finish_non_exhaustive()
     }
 }
 
 impl ClusterTls {
     /// `ca`: the cluster CA's certificate(s); `cert`/`key`: this node's,
-    /// which must name it. `members`: every node id of the cluster.
-    pub fn load(
-        node_id: u64,
-        members: &[u64],
-        ca: &Path,
-        cert: &Path,
-        key: &Path,
-    ) -> Result<ClusterTls, TlsError> {
+    /// which must name it.
+    pub fn load(node_id: u64, ca: &Path, cert: &Path, key: &Path) -> Result<ClusterTls, TlsError> {
         let mut roots = RootCertStore::empty();
         for ca_cert in pem::certificates(ca)? {
             roots.add(ca_cert).map_err(|e| TlsError::File {
@@ -60,7 +56,7 @@ impl ClusterTls {
         let roots = Arc::new(roots);
         let cert = Arc::new(ReloadableCert::load(cert, key)?);
         let leaf = cert.current().cert[0].clone();
-        if node_of(&leaf, &[node_id]).is_none() {
+        if !names_node(&leaf, node_id) {
             return Err(TlsError::Config(format!(
                 "{}: this node's certificate does not name {} (a DNS subject alternative name)",
                 cert.cert_path.display(),
@@ -80,7 +76,6 @@ impl ClusterTls {
             .with_client_cert_resolver(Arc::new(FixedCert(Arc::clone(&cert))));
         Ok(ClusterTls {
             node_id,
-            members: members.to_vec(),
             roots,
             cert,
             acceptor: TlsAcceptor::from(Arc::new(server)),
@@ -133,7 +128,7 @@ impl ClusterTls {
     }
 
     /// Accepts TLS from a peer over `io`: refused unless the client's
-    /// certificate comes from the cluster CA and names a member.
+    /// certificate comes from the cluster CA and names a node.
     pub async fn accept<IO>(
         &self,
         io: IO,
@@ -145,26 +140,38 @@ impl ClusterTls {
         let peer = self.peer_of(stream.get_ref().1).ok_or_else(|| {
             std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
-                "the peer's certificate names no member of this cluster",
+                "the peer's certificate names no node (node-ID.runnel)",
             )
         })?;
         Ok((stream, peer))
     }
 
-    /// Which member a verified connection's client certificate names.
+    /// Which node a verified connection's client certificate names.
     pub fn peer_of(&self, connection: &rustls::ServerConnection) -> Option<PeerNode> {
         let leaf = connection.peer_certificates()?.first()?;
-        node_of(leaf, &self.members).map(PeerNode)
+        node_of(leaf).map(PeerNode)
     }
 }
 
-/// The first of `ids` whose node name `cert` is valid for.
-fn node_of(cert: &CertificateDer<'_>, ids: &[u64]) -> Option<u64> {
-    let cert = webpki::EndEntityCert::try_from(cert).ok()?;
-    ids.iter().copied().find(|id| {
-        ServerName::try_from(node_name(*id))
-            .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
-    })
+/// The node `cert` names: the first `node-ID.runnel` among its DNS names
+/// that it verifies for.
+fn node_of(cert: &CertificateDer<'_>) -> Option<u64> {
+    let parsed = webpki::EndEntityCert::try_from(cert).ok()?;
+    let named: Vec<u64> = parsed
+        .valid_dns_names()
+        .filter_map(|name| name.strip_prefix("node-")?.strip_suffix(".runnel"))
+        .filter_map(|id| id.parse().ok())
+        .collect();
+    named.into_iter().find(|id| names_node(cert, *id))
+}
+
+/// Whether `cert` is valid for node `id`'s name.
+fn names_node(cert: &CertificateDer<'_>, id: u64) -> bool {
+    let Ok(cert) = webpki::EndEntityCert::try_from(cert) else {
+        return false;
+    };
+    ServerName::try_from(node_name(id))
+        .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
 }
 
 /// Always the one (reloadable) certificate, as server or as client.

@@ -59,7 +59,7 @@ fn a_reload_swaps_the_pair_and_a_bad_one_keeps_the_old() {
 
 fn node(dir: &Path, id: u64, cert: &str) -> ClusterTls {
     let (cert, key) = pem(dir, cert);
-    ClusterTls::load(id, &[1, 2, 3], &dir.join("ca.pem"), &cert, &key).unwrap()
+    ClusterTls::load(id, &dir.join("ca.pem"), &cert, &key).unwrap()
 }
 
 /// Node `client` dials `dialed` over a pipe whose far end `server` accepts.
@@ -82,6 +82,13 @@ async fn nodes_know_each_other_by_certificate() {
     dialing.unwrap();
     assert_eq!(accepting.unwrap(), PeerNode(1));
 
+    // Any node the cluster CA certified is known by its certificate,
+    // with no member list to keep up to date.
+    let three = node(dir, 3, "node-3");
+    let (dialing, accepting) = handshake(&three, 1, &one).await;
+    dialing.unwrap();
+    assert_eq!(accepting.unwrap(), PeerNode(3));
+
     // Dialing node 3 but reaching node 2: the client refuses.
     let (dialing, _) = handshake(&one, 3, &two).await;
     assert!(dialing.is_err());
@@ -89,7 +96,7 @@ async fn nodes_know_each_other_by_certificate() {
     // A certificate naming node 1 from another CA: node 2 refuses it.
     let rogue = {
         let (cert, key) = pem(dir, "rogue-node-1");
-        ClusterTls::load(1, &[1, 2, 3], &dir.join("rogue-ca.pem"), &cert, &key).unwrap()
+        ClusterTls::load(1, &dir.join("rogue-ca.pem"), &cert, &key).unwrap()
     };
     let (_, accepting) = handshake(&rogue, 2, &two).await;
     assert!(accepting.is_err());
@@ -100,7 +107,7 @@ fn a_node_certificate_must_name_the_node() {
     let ca = test_ca();
     let dir = ca.path();
     let (cert, key) = pem(dir, "node-2");
-    let err = ClusterTls::load(1, &[1, 2], &dir.join("ca.pem"), &cert, &key)
+    let err = ClusterTls::load(1, &dir.join("ca.pem"), &cert, &key)
         .err()
         .unwrap()
         .to_string();

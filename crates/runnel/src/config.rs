@@ -98,6 +98,21 @@ pub struct ServeArgs {
     /// node's port + 1. Without it the node runs alone.
     #[arg(long)]
     pub peers: Option<String>,
+    /// Join a running cluster through any member's base URL
+    /// (`http://HOST:PORT`), instead of naming every node with --peers:
+    /// this node (--node-id, reached by the others at --listen) learns the
+    /// members and the group count from it, starts, and becomes a voter
+    /// of every group. Give the same flags again on a restart.
+    #[arg(long)]
+    pub join: Option<String>,
+    /// --join with access control on: a bearer token with `admin` on
+    /// every stream.
+    #[arg(long, env = "RUNNEL_JOIN_TOKEN", hide_env_values = true)]
+    pub join_token: Option<String>,
+    /// --join to an https:// URL: the CA's PEM file [default: the
+    /// system's CAs].
+    #[arg(long)]
+    pub join_ca: Option<PathBuf>,
     /// A follower that hears no leader for this long (randomized up to
     /// twice as long) calls an election; leaders heartbeat six times as
     /// often [default: 350].
@@ -226,8 +241,11 @@ pub struct ServeArgs {
 /// A cluster member's identity and its peers.
 pub struct ClusterSettings {
     pub node_id: u64,
+    /// With `join`, this node alone until [`crate::join::learn_cluster`]
+    /// adds the members.
     pub peers: BTreeMap<u64, String>,
     pub election_timeout: Option<Duration>,
+    pub join: Option<crate::join::Join>,
 }
 
 /// Everything `serve` needs, resolved.
@@ -248,7 +266,7 @@ pub struct Settings {
 }
 
 /// Parses `1=HOST:PORT,2=HOST:PORT`.
-fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+pub(crate) fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
     let mut peers = BTreeMap::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (id, addr) = item
@@ -369,17 +387,44 @@ impl ServeArgs {
             .clone()
             .or(file.data_dir.clone())
             .unwrap_or_else(|| PathBuf::from("runnel-data"));
-        let clustered =
-            self.node_id.or(file.node_id).is_some() || self.peers.is_some() || file.peers.is_some();
+        let join = self.join.clone().or(file.join.clone());
+        let clustered = self.node_id.or(file.node_id).is_some()
+            || self.peers.is_some()
+            || file.peers.is_some()
+            || join.is_some();
         let tier = tier_config(&self, &file, &data_dir, clustered)?;
         let mut engine = EngineConfig::new(data_dir);
         engine.tier = tier;
-        let cluster = match (pick!(node_id), self.peers.or(file.peers)) {
-            (None, None) => None,
-            (Some(_), None) => return Err("--node-id needs --peers".into()),
-            (None, Some(_)) => return Err("--peers needs --node-id".into()),
-            (Some(node_id), Some(peers)) => {
-                let peers = parse_peers(&peers)?;
+        let cluster = match (pick!(node_id), self.peers.or(file.peers), join) {
+            (None, None, None) => None,
+            (Some(_), None, None) => return Err("--node-id needs --peers or --join".into()),
+            (None, _, _) => return Err("--peers and --join need --node-id".into()),
+            (Some(_), Some(_), Some(_)) => {
+                return Err(
+                    "--peers and --join exclude each other: a joining node learns its peers \
+                     from the cluster"
+                        .into(),
+                )
+            }
+            (Some(node_id), peers, join) => {
+                let (peers, join) = match (peers, join) {
+                    (Some(peers), _) => (parse_peers(&peers)?, None),
+                    (None, Some(url)) => {
+                        let listen = pick!(listen).ok_or(
+                            "--join needs --listen HOST:PORT: the address the other nodes \
+                             reach this node at",
+                        )?;
+                        let join = crate::join::Join::new(
+                            url,
+                            self.join_token.clone().or(file.join_token.clone()),
+                            self.join_ca.clone().or(file.join_ca.clone()),
+                            pick!(groups),
+                            listen,
+                        )?;
+                        (BTreeMap::from([(node_id, listen.to_string())]), Some(join))
+                    }
+                    (None, None) => unreachable!("matched above"),
+                };
                 if !peers.contains_key(&node_id) {
                     return Err(format!("--peers does not list this node ({node_id})"));
                 }
@@ -396,6 +441,7 @@ impl ServeArgs {
                     node_id,
                     peers,
                     election_timeout,
+                    join,
                 })
             }
         };
@@ -493,7 +539,9 @@ impl ServeArgs {
             None => None,
             Some(path) => {
                 let auth = runnel_server::auth::Auth::load(&path)?;
-                if cluster.as_ref().is_some_and(|c| c.peers.len() > 1)
+                if cluster
+                    .as_ref()
+                    .is_some_and(|c| c.peers.len() > 1 || c.join.is_some())
                     && auth.cluster_key().is_none()
                 {
                     return Err(format!(
@@ -527,9 +575,8 @@ impl ServeArgs {
                         "--cluster-ca/--cluster-cert/--cluster-key are for a cluster".into(),
                     );
                 };
-                let members: Vec<u64> = cluster.peers.keys().copied().collect();
                 Some(std::sync::Arc::new(
-                    runnel_tls::ClusterTls::load(cluster.node_id, &members, &ca, &cert, &key)
+                    runnel_tls::ClusterTls::load(cluster.node_id, &ca, &cert, &key)
                         .map_err(|e| e.to_string())?,
                 ))
             }

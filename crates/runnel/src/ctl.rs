@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use clap::Subcommand;
 
-mod membership;
+pub(crate) mod membership;
 
 #[derive(Subcommand)]
 pub enum CtlCommand {
@@ -59,7 +59,8 @@ pub enum CtlCommand {
 pub enum NodeCommand {
     /// Make a running node a member of every group: a learner first,
     /// caught up by snapshot and log, then a voter. Start the new node
-    /// first, with `--peers` naming the existing nodes and itself.
+    /// first, with `--peers` naming the existing nodes and itself (a
+    /// node started with `--join` does this by itself).
     Add {
         /// The new node's id (unique in the cluster).
         #[arg(long)]
@@ -101,17 +102,17 @@ pub enum NodeCommand {
 pub struct NodeArgs {
     /// Any member's base URL.
     #[arg(long, default_value = "http://127.0.0.1:4437")]
-    target: String,
+    pub(crate) target: String,
     /// Bearer token with `admin` on every stream.
     #[arg(long, env = "RUNNEL_TOKEN", hide_env_values = true)]
-    token: Option<String>,
+    pub(crate) token: Option<String>,
     /// https:// targets: the CA's PEM file [default: the system's CAs].
     #[arg(long)]
-    ca: Option<std::path::PathBuf>,
+    pub(crate) ca: Option<std::path::PathBuf>,
     /// Give up on a group after this long without progress (a leader
     /// change or a slow catch-up); running the command again resumes it.
     #[arg(long, default_value_t = 120)]
-    timeout_secs: u64,
+    pub(crate) timeout_secs: u64,
 }
 
 pub fn run(command: CtlCommand) -> Result<(), String> {
@@ -248,7 +249,7 @@ fn render_tiering(tiering: &serde_json::Value) -> String {
 
 /// A plain HTTP/1.1 request without a body, inside TLS for `https://`
 /// (the answers are small; no client crate): the body of a 200 answer.
-fn http_request(
+pub(crate) fn http_request(
     method: &str,
     base: &str,
     path: &str,

@@ -3,6 +3,7 @@
 
 mod config;
 mod ctl;
+mod join;
 mod streams;
 
 /// Turns transparent huge pages off for this process. mimalloc asks for
@@ -118,7 +119,8 @@ fn listen(addr: std::net::SocketAddr) -> std::io::Result<tokio::net::TcpListener
 }
 
 fn serve(args: ServeArgs) -> Result<(), String> {
-    let settings = args.resolve()?;
+    let mut settings = args.resolve()?;
+    join::learn_cluster(&mut settings)?;
     raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -148,6 +150,20 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                     .map_err(|e| e.to_string())?
             }
         };
+        if let Some(cluster) = &settings.cluster {
+            if let Some(join) = cluster.join.clone() {
+                let node_id = cluster.node_id;
+                // Through the member it joined by, once this node answers.
+                tokio::task::spawn_blocking(move || match join::become_member(&join, node_id) {
+                    Ok(groups) => tracing::info!(groups, "joined: a voter of every group"),
+                    Err(reason) => tracing::error!(
+                        %reason,
+                        "joining stopped; start this node again, or finish with \
+                         `runnel ctl node add`"
+                    ),
+                });
+            }
+        }
         let local = listener.local_addr().map_err(|e| e.to_string())?;
         tracing::info!(listen = %local, data_dir = %settings.engine.data_dir.display(), "serving");
         let listener_tls = match (&settings.tls, &settings.cluster_tls) {

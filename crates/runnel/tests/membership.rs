@@ -1,11 +1,13 @@
 //! Cluster membership changed while serving, with `runnel ctl node`: a
 //! fourth node joins a running 3-node cluster while idempotent producers
 //! write through every node, the first node is then removed and stopped,
-//! the third dies with its disk and a fifth replaces it, and a removal
-//! that would leave the groups without a reachable quorum is refused, as
-//! is a node added under another id than its own. No acknowledged
-//! append is lost, the writers see no error, and every remaining replica
-//! ends identical.
+//! the third dies with its disk and a fifth replaces it, and a sixth
+//! joins by itself (`runnel serve --join`), then restarts while the
+//! member it joined by is down. A removal that would leave
+//! the groups without a reachable quorum is refused, as are a node added
+//! under another id than its own and a node joining under an id the
+//! cluster has. No acknowledged append is lost, the writers see no
+//! error, and every remaining replica ends identical.
 
 mod common;
 
@@ -28,6 +30,41 @@ async fn ctl_node(args: &[&str]) -> (bool, String, String) {
         (
             out.status.success(),
             String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// Runs `runnel serve --node-id ID --join URL` with a fresh port and
+/// `data_dir`, expecting it to exit (it is killed after 20 s); answers
+/// (whether it exited successfully, stderr).
+async fn serve_joining(node_id: u64, url: &str, data_dir: &std::path::Path) -> (bool, String) {
+    use std::process::{Command, Stdio};
+    let port = common::reserve_ports(2);
+    let (url, data_dir) = (url.to_string(), data_dir.to_path_buf());
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .args(["serve", "--node-id", &node_id.to_string(), "--join", &url])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--groups", "3"])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("runnel serve runs");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while child.try_wait().expect("try_wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().expect("the child's output");
+        (
+            out.status.success(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     })
@@ -233,18 +270,64 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
         "{stdout}"
     );
     targets.lock().unwrap().push(cluster.base(replacement));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A node joining under an id the cluster has is refused before it
+    // writes anything.
+    let taken = dir.path().join("taken-id");
+    let (ok, stderr) = serve_joining(2, &cluster.base(1), &taken).await;
+    assert!(!ok, "a join under a taken id was not refused");
+    assert!(stderr.contains("node 2 is already a member at"), "{stderr}");
+    assert!(
+        !taken.exists(),
+        "the refused node created its data directory"
+    );
+
+    // Node 6 joins by itself through node 2, with nothing but its URL.
+    let joined = cluster.start_joining(1).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while voters(&cluster, joined).await != vec![vec![2, 4, 5, 6]; 3] {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 6 did not become a voter of every group: {:?}",
+            voters(&cluster, joined).await
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    targets.lock().unwrap().push(cluster.base(joined));
     tokio::time::sleep(Duration::from_secs(1)).await;
     stop.store(true, Ordering::Relaxed);
     for task in tasks {
         task.await.unwrap();
     }
 
+    // Node 6 restarts while node 2, the member it joined by, is down: it
+    // starts from its data directory and rejoins its groups.
+    cluster.kill(1);
+    cluster.kill(joined);
+    cluster.restart(joined).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = cluster.status(joined).await.expect("node 6 answers");
+        let leaders = status["groups"].as_array().unwrap();
+        if leaders.iter().all(|g| g["leader"].is_u64()) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 6 found no leaders after its restart: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(voters(&cluster, joined).await, vec![vec![2, 4, 5, 6]; 3]);
+    cluster.restart(1).await;
+
     cluster.wait_for_convergence(Duration::from_secs(20)).await;
-    let remaining = [1, 3, 4];
+    let remaining = [1, 3, 4, 5];
     for node in remaining {
         assert_eq!(
             voters(&cluster, node).await,
-            vec![vec![2, 4, 5]; 3],
+            vec![vec![2, 4, 5, 6]; 3],
             "voters as node {} sees them",
             node + 1
         );

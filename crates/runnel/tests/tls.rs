@@ -277,8 +277,8 @@ fn applied(status: &serde_json::Value) -> Vec<u64> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_on_mutual_tls_refuses_a_peer_with_the_wrong_certificate() {
-    let ca = common::test_ca(3);
+async fn a_cluster_on_mutual_tls_refuses_a_rogue_peer_and_admits_a_certified_newcomer() {
+    let ca = common::test_ca(4);
     let dir = tempfile::tempdir().unwrap();
     let ports: Vec<u16> = (0..3).map(|_| common::reserve_ports(2)).collect();
     let peers = ports
@@ -389,4 +389,61 @@ async fn a_cluster_on_mutual_tls_refuses_a_peer_with_the_wrong_certificate() {
         refused.contains("raft connection refused: TLS"),
         "nodes 1 and 2 log the refusal"
     );
+
+    // Node 4, certified by the cluster CA but named in no node's start
+    // flags, joins through node 1 and becomes a voter of every group.
+    let port = common::reserve_ports(2);
+    let log = dir.path().join("n4.log");
+    let _joined = Node(
+        Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .args(["serve", "--node-id", "4", "--listen"])
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["--join", &format!("https://127.0.0.1:{}", ports[0])])
+            .args(["--join-ca", &path(ca.path(), "ca.pem")])
+            .args(["--groups", "3", "--data-dir"])
+            .arg(dir.path().join("n4"))
+            .args(["--cluster-ca", &path(ca.path(), "ca.pem")])
+            .args(["--cluster-cert", &path(ca.path(), "node-4.pem")])
+            .args(["--cluster-key", &path(ca.path(), "node-4.key")])
+            .env("RUNNEL_LOG", "warn,openraft=off")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let voters = |status: &serde_json::Value| -> Vec<serde_json::Value> {
+        status["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["voters"].clone())
+            .collect()
+    };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let seen = status(&trusted, port).await.map(|s| voters(&s));
+        if seen.as_ref().is_some_and(|v| {
+            v.iter()
+                .all(|voters| *voters == serde_json::json!([1, 2, 3, 4]))
+        }) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 4 did not become a voter: {seen:?}\n{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // And it holds the streams: it applies what node 1 applied.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader_applied = applied(&status(&trusted, ports[0]).await.unwrap());
+    loop {
+        let fourth = applied(&status(&trusted, port).await.unwrap());
+        if fourth.iter().zip(&leader_applied).all(|(a, b)| a >= b) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 4 catches up: {fourth:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

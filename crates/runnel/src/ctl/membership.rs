@@ -19,11 +19,11 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
             common,
         } => {
             check_newcomer(&common, node_id, &addr)?;
-            let done = every_group(&common, &format!("add={node_id}&addr={addr}"))?;
+            let done = every_group(&common, &format!("add={node_id}&addr={addr}"), print)?;
             println!("node {node_id} added in all {done} groups");
         }
         NodeCommand::Remove { node_id, common } => {
-            let done = every_group(&common, &format!("remove={node_id}"))?;
+            let done = every_group(&common, &format!("remove={node_id}"), print)?;
             println!("node {node_id} removed in all {done} groups");
         }
         NodeCommand::Replace {
@@ -33,8 +33,8 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
             common,
         } => {
             check_newcomer(&common, new_node_id, &addr)?;
-            every_group(&common, &format!("add={new_node_id}&addr={addr}"))?;
-            let done = every_group(&common, &format!("remove={node_id}"))?;
+            every_group(&common, &format!("add={new_node_id}&addr={addr}"), print)?;
+            let done = every_group(&common, &format!("remove={node_id}"), print)?;
             println!("node {node_id} replaced by node {new_node_id} in all {done} groups");
         }
     }
@@ -84,9 +84,27 @@ fn check_newcomer(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(), Strin
     Ok(())
 }
 
-/// Applies the change `query` describes to every group, one at a time;
-/// answers how many groups there are.
-fn every_group(args: &NodeArgs, query: &str) -> Result<usize, String> {
+/// Prints a group's membership after a change, on stderr.
+fn print(group: usize, report: &serde_json::Value) {
+    let unchanged = if report["changed"] == false {
+        " (already so)"
+    } else {
+        ""
+    };
+    eprintln!(
+        "group {group}: voters {} learners {}{unchanged}",
+        report["voters"], report["learners"]
+    );
+}
+
+/// Applies the change `query` describes to every group, one at a time,
+/// handing each group's membership after it to `done`; answers how many
+/// groups there are.
+pub(crate) fn every_group(
+    args: &NodeArgs,
+    query: &str,
+    done: fn(usize, &serde_json::Value),
+) -> Result<usize, String> {
     let status = http_request(
         "GET",
         &args.target,
@@ -109,16 +127,7 @@ fn every_group(args: &NodeArgs, query: &str) -> Result<usize, String> {
     let groups = status["groups"].as_array().map_or(0, Vec::len);
     for group in 0..groups {
         let path = format!("/_runnel/cluster/groups/{group}/members?{query}");
-        let report = change_group(args, &path, group)?;
-        let unchanged = if report["changed"] == false {
-            " (already so)"
-        } else {
-            ""
-        };
-        eprintln!(
-            "group {group}: voters {} learners {}{unchanged}",
-            report["voters"], report["learners"]
-        );
+        done(group, &change_group(args, &path, group)?);
     }
     Ok(groups)
 }

@@ -10,6 +10,8 @@ pub struct Cluster {
     peers: String,
     /// A node's own `--peers` where it differs (a node that joined).
     own_peers: Vec<Option<String>>,
+    /// The member URL a node started with `--join` joins through.
+    join: Vec<Option<String>>,
     extra: Vec<String>,
     children: Vec<Option<Child>>,
     /// Extra environment of each node's next start.
@@ -64,6 +66,7 @@ impl Cluster {
             ports,
             peers,
             own_peers: vec![None; nodes],
+            join: vec![None; nodes],
             extra: extra.iter().map(|s| s.to_string()).collect(),
             children: (0..nodes).map(|_| None).collect(),
             env: vec![Vec::new(); nodes],
@@ -100,12 +103,23 @@ impl Cluster {
     }
 
     fn spawn(&mut self, i: usize) {
+        let membership = match &self.join[i] {
+            Some(url) => vec![
+                "--join".to_string(),
+                url.clone(),
+                "--listen".to_string(),
+                format!("127.0.0.1:{}", self.ports[i]),
+            ],
+            None => vec![
+                "--peers".to_string(),
+                self.own_peers[i].clone().unwrap_or(self.peers.clone()),
+            ],
+        };
         let child = Command::new(env!("CARGO_BIN_EXE_runnel"))
             .arg("serve")
             .arg("--node-id")
             .arg((i + 1).to_string())
-            .arg("--peers")
-            .arg(self.own_peers[i].as_ref().unwrap_or(&self.peers))
+            .args(membership)
             .arg("--data-dir")
             .arg(self.dir.join(format!("n{}", i + 1)))
             .args(&self.extra)
@@ -130,6 +144,20 @@ impl Cluster {
         self.ports.push(port);
         self.own_peers
             .push(Some(format!("{},{}=127.0.0.1:{port}", self.peers, i + 1)));
+        self.join.push(None);
+        self.children.push(None);
+        self.env.push(Vec::new());
+        self.restart(i).await;
+        i
+    }
+
+    /// Starts one more node (its index is returned) with `--join` and
+    /// node `via`'s URL: it makes itself a member of every group.
+    pub async fn start_joining(&mut self, via: usize) -> usize {
+        let i = self.ports.len();
+        self.ports.push(super::reserve_ports(2));
+        self.own_peers.push(None);
+        self.join.push(Some(self.base(via)));
         self.children.push(None);
         self.env.push(Vec::new());
         self.restart(i).await;
