@@ -17,6 +17,7 @@ use openraft::BasicNode;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::metrics::PeerMetrics;
 use crate::node::OpenError;
 use crate::raft::transport::{PeerGroup, Served, Transport};
 use crate::raft::{NodeId, Raft, TypeConfig};
@@ -165,6 +166,25 @@ impl SimTransport {
 
 impl Transport for SimTransport {
     type Network = SimNetworkFactory;
+
+    /// Reachability only: a peer is reachable while it runs and neither
+    /// side is cut off. Asking draws nothing from the fault schedule, so
+    /// it changes no run.
+    fn peer_metrics(&self) -> Vec<PeerMetrics> {
+        let state = self.net.lock();
+        let cut_off = |node: NodeId| state.isolated.contains(&node);
+        state
+            .nodes
+            .keys()
+            .filter(|node| **node != self.me)
+            .map(|&node| PeerMetrics {
+                node,
+                failures: 0,
+                latency: Default::default(),
+                reachable: !cut_off(node) && !cut_off(self.me),
+            })
+            .collect()
+    }
 
     fn network(&self, group: u32) -> SimNetworkFactory {
         SimNetworkFactory {
