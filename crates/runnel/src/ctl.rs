@@ -249,7 +249,7 @@ fn render_tiering(tiering: &serde_json::Value) -> String {
 
 /// A plain HTTP/1.1 request without a body, inside TLS for `https://`
 /// (the answers are small; no client crate): the body of a 200 answer.
-pub(crate) fn http_request(
+fn http_request(
     method: &str,
     base: &str,
     path: &str,
@@ -264,7 +264,7 @@ pub(crate) fn http_request(
 }
 
 /// [`http_request`], any answer: its status code and body.
-fn http_exchange(
+pub(crate) fn http_exchange(
     method: &str,
     base: &str,
     path: &str,

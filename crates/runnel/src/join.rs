@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use runnel_engine::node::META_FILE;
 
@@ -82,10 +83,9 @@ impl Join {
 }
 
 /// Completes the settings of a joining node from the cluster's status:
-/// its peers and its group count.
-/// A node that joined before and cannot reach the member it joined by
-/// starts from its own data directory: it finds its peers in the groups'
-/// membership.
+/// its peers and its group count. A node that joined before and cannot
+/// reach the member it joined by starts with the peers and group count
+/// it learnt then.
 pub fn learn_cluster(settings: &mut Settings) -> Result<(), String> {
     let Some(cluster) = settings.cluster.as_mut() else {
         return Ok(());
@@ -93,14 +93,24 @@ pub fn learn_cluster(settings: &mut Settings) -> Result<(), String> {
     let Some(join) = cluster.join.clone() else {
         return Ok(());
     };
-    let body = match ctl::http_request(
+    let answer = ctl::http_exchange(
         "GET",
         &join.url,
         "/_runnel/status",
         join.token.as_deref(),
         join.ca.as_deref(),
-    ) {
-        Ok(body) => body,
+        Duration::from_secs(5),
+    );
+    let body = match answer {
+        Ok((200, body)) => body,
+        // It answered, and refused (a wrong token, say): no fallback.
+        Ok((status, body)) => {
+            return Err(format!(
+                "--join: {} answered {status}: {}",
+                join.url,
+                body.trim()
+            ))
+        }
         Err(reason) => {
             let dir = &settings.engine.data_dir;
             let Some((peers, groups)) = remembered(dir) else {
