@@ -6,8 +6,9 @@
 //! member it joined by is down. A removal that would leave
 //! the groups without a reachable quorum is refused, as are a node added
 //! under another id than its own and a node joining under an id the
-//! cluster has. No acknowledged append is lost, the writers see no
-//! error, and every remaining replica ends identical.
+//! cluster has. A removed node drops out of the others' status and peer
+//! metrics. No acknowledged append is lost, the writers see no error,
+//! and every remaining replica ends identical.
 
 mod common;
 
@@ -241,13 +242,38 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
         "{stdout}"
     );
     cluster.kill(0);
+    // The others forget it: out of their status and their peer metrics.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = cluster.status(1).await.expect("node 2 answers");
+        let metrics = client
+            .get(format!("{}/metrics", cluster.base(1)))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        let listed = status["nodes"].get("1").is_some();
+        let linked = metrics.contains("peer=\"1\"");
+        if !listed && !linked {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "node 2 still knows node 1: listed {listed}, linked {linked}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // The groups node 1 led elect new leaders; writes meanwhile wait.
+    cluster.wait_for_leaders(Duration::from_secs(10)).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Node 3's machine dies with its disk; node 5 replaces it.
     // (Out of the rotation first: a request in flight to a machine that
     // dies fails at the client, which is not what this test is about.)
     targets.lock().unwrap().retain(|t| *t != cluster.base(2));
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     cluster.kill(2);
     std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
     let replacement = cluster.start_joiner().await;

@@ -7,7 +7,9 @@
 //!
 //! A node that joined after the others started is named by no `--peers`:
 //! the nodes find its Raft address in the groups' membership
-//! ([`link_members`]), and route requests to it from there.
+//! ([`link_members`]), and route requests to it from there. A node that
+//! no group has as a member any more loses its links and its place in the
+//! status.
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
@@ -182,19 +184,31 @@ fn raft_refusal(
     }
 }
 
-/// Keeps a link to every member of every group (see the module docs).
+/// Keeps a link to every member of every group (see the module docs),
+/// and, once every group's membership is known, none to nodes that are
+/// in no group (removed ones).
 pub(super) async fn link_members(
     groups: Vec<Arc<RaftGroup>>,
     me: NodeId,
     transport: Arc<impl Transport>,
 ) {
     loop {
+        let mut members = BTreeSet::new();
+        let mut every_group_known = true;
         for group in &groups {
-            for (node, addr) in group.members() {
+            let group_members = group.members();
+            every_group_known &= !group_members.is_empty();
+            for (node, addr) in group_members {
+                members.insert(node);
                 if node != me {
                     transport.learn(node, &addr);
                 }
             }
+        }
+        // A group not formed yet, or not yet joined, may still have any
+        // peer as a member.
+        if every_group_known {
+            transport.forget_all_but(&members);
         }
         tokio::time::sleep(Duration::from_secs(1)).await;
     }

@@ -32,10 +32,16 @@ impl ClusterNode {
         }
     }
 
-    /// Every node's HTTP address: those `--peers` named, and the members
-    /// of any group that joined since.
+    /// Every node's HTTP address: the members of the groups once every
+    /// group's membership is known (a removed node is in none), else
+    /// those `--peers` named and the members known so far.
     fn known_nodes(&self) -> std::collections::BTreeMap<crate::raft::NodeId, String> {
-        let mut nodes = self.peers.clone();
+        let every_group_known = self.groups.iter().all(|g| !g.members().is_empty());
+        let mut nodes = if every_group_known {
+            std::collections::BTreeMap::new()
+        } else {
+            self.peers.clone()
+        };
         for group in &self.groups {
             for (node, raft_addr) in group.members() {
                 if let std::collections::btree_map::Entry::Vacant(entry) = nodes.entry(node) {

@@ -409,6 +409,10 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// have joined after this node started): link to it.
     fn learn(&self, _node: NodeId, _addr: &str) {}
 
+    /// Every group's membership is known and `members` are all the nodes
+    /// in them: forget the others (removed nodes).
+    fn forget_all_but(&self, _members: &std::collections::BTreeSet<NodeId>) {}
+
     /// The read index of `group` from `leader` (see [`ReadIndex`]).
     fn read_index(
         &self,
@@ -496,6 +500,18 @@ impl Links {
             .expect("links lock")
             .insert(node, Arc::clone(&link));
         link
+    }
+
+    /// Drops the links to nodes not in `members` (nodes removed from
+    /// every group): no more probes or metrics for them.
+    pub fn retain(&self, members: &std::collections::BTreeSet<NodeId>) {
+        self.map.write().expect("links lock").retain(|node, link| {
+            let keep = members.contains(node);
+            if !keep {
+                tracing::info!(node, addr = %link.addr, "unlinking a node no group has as a member");
+            }
+            keep
+        });
     }
 
     pub fn all(&self) -> Vec<Arc<PeerLink>> {
@@ -597,6 +613,10 @@ impl Transport for TcpTransport {
 
     fn learn(&self, node: NodeId, addr: &str) {
         self.links.link(node, addr);
+    }
+
+    fn forget_all_but(&self, members: &std::collections::BTreeSet<NodeId>) {
+        self.links.retain(members);
     }
 }
 
