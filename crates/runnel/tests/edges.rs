@@ -635,14 +635,7 @@ async fn ready_follows_whether_a_node_can_serve() {
     let mut groups = 0;
     let mut committed = 0;
     for i in 0..3 {
-        let text = client
-            .get(format!("{}/metrics", cluster.base(i)))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = common::get_text(&client, &format!("{}/metrics", cluster.base(i))).await;
         let samples = |name: &str| -> Vec<u64> {
             text.lines()
                 .filter(|l| l.starts_with(&format!("{name}{{group=")))

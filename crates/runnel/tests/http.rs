@@ -309,14 +309,7 @@ async fn appends_on_one_connection_are_answered_in_turn_whichever_path_reads_the
         .collect();
     assert_eq!(offsets.len(), 4, "{answers}");
     assert!(offsets.windows(2).all(|w| w[0] < w[1]), "{offsets:?}");
-    let body = client
-        .get(format!("{url}?offset=-1"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let body = common::get_text(&client, &format!("{url}?offset=-1")).await;
     assert_eq!(body, "one,two,three,four");
 }
 

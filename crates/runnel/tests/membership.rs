@@ -246,14 +246,7 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     loop {
         let status = cluster.status(1).await.expect("node 2 answers");
-        let metrics = client
-            .get(format!("{}/metrics", cluster.base(1)))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = common::get_text(&client, &format!("{}/metrics", cluster.base(1))).await;
         let listed = status["nodes"].get("1").is_some();
         let linked = metrics.contains("peer=\"1\"");
         if !listed && !linked {

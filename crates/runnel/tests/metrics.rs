@@ -167,14 +167,7 @@ async fn metrics_move_with_the_load() {
         .await
         .unwrap();
     assert_eq!(r.status(), 404);
-    let text = client
-        .get(format!("{}/metrics", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = common::get_text(&client, &format!("{}/metrics", server.base)).await;
     assert!(
         text.contains("runnel_http_requests_total{route=\"read\",code=\"4xx\"} 1"),
         "{text}"

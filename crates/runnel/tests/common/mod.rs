@@ -309,6 +309,12 @@ pub async fn idempotent_append(
     Err(format!("{status} {}", reason.trim()))
 }
 
+/// The body of a plain GET of `url` (a test failure if it cannot be sent).
+#[allow(dead_code)] // not every test binary reads pages as text
+pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
+    client.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 /// Reads a whole stream by following Stream-Next-Offset.
 #[allow(dead_code)] // not every test binary reads whole streams
 pub async fn read_all(client: &reqwest::Client, url: &str) -> Vec<u8> {

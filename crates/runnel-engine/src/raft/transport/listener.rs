@@ -1,0 +1,137 @@
+//! The answering side of the Raft transport: the listener on the Raft
+//! port, one task per connection, and one task per request, so a slow
+//! append of one group does not hold up the votes of another.
+
+use std::sync::Arc;
+
+use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+
+use super::{
+    leader_read_index, read_frame, write_frames, PeerGroup, Served, CONNECT_TIMEOUT, KIND_APPEND,
+    KIND_HANDOFF, KIND_PROBE, KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
+};
+use crate::raft::vote_guard::REFUSAL;
+use crate::raft::{NodeId, TypeConfig};
+
+/// Answers the Raft RPCs of every group arriving on `listener`, over
+/// mutual TLS when `tls` is given.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    served: Arc<Served>,
+    tls: Option<Arc<runnel_tls::ClusterTls>>,
+) {
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                tracing::warn!(error = %err, "raft accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let served = Arc::clone(&served);
+        match &tls {
+            None => {
+                tokio::spawn(serve_connection(stream, served));
+            }
+            Some(tls) => {
+                let tls = Arc::clone(tls);
+                tokio::spawn(async move {
+                    match tokio::time::timeout(CONNECT_TIMEOUT * 5, tls.accept(stream)).await {
+                        Ok(Ok((stream, _peer))) => serve_connection(stream, served).await,
+                        Ok(Err(e)) => {
+                            tracing::warn!(error = %e, "raft connection refused: TLS")
+                        }
+                        Err(_) => tracing::warn!("raft connection refused: TLS timed out"),
+                    }
+                });
+            }
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: impl AsyncRead + AsyncWrite + Send + 'static,
+    served: Arc<Served>,
+) {
+    let (mut reader, writer) = tokio::io::split(stream);
+    let (responses, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(write_frames(writer, outgoing));
+    while let Ok(frame) = read_frame(&mut reader).await {
+        if frame.len() < 13 {
+            tracing::warn!("short raft request frame; closing the connection");
+            break;
+        }
+        let id = u64::from_le_bytes(frame[..8].try_into().expect("8 bytes"));
+        let kind = frame[8];
+        let group = u32::from_le_bytes(frame[9..13].try_into().expect("4 bytes"));
+        let (served, responses) = (Arc::clone(&served), responses.clone());
+        tokio::spawn(async move {
+            let answer = answer(&served, kind, group, &frame[13..]).await;
+            let (ok, body) = match answer {
+                Ok(body) => (1u8, body),
+                Err(reason) => (0u8, reason.into_bytes()),
+            };
+            let mut out = Vec::with_capacity(13 + body.len());
+            out.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
+            out.extend_from_slice(&id.to_le_bytes());
+            out.push(ok);
+            out.extend_from_slice(&body);
+            let _ = responses.send(out);
+        });
+    }
+}
+
+/// A peer's request, decoded from the body of its frame.
+pub enum PeerRequest {
+    Append(AppendEntriesRequest<TypeConfig>),
+    Vote(VoteRequest<NodeId>),
+    Snapshot(InstallSnapshotRequest<TypeConfig>),
+    Probe,
+    ReadIndex,
+    /// A leader hands its group over (the role it asks for).
+    Handoff(u8),
+}
+
+/// Decodes the body of a request frame of `kind`: all of it comes from
+/// whoever reached the Raft port, so nothing here may panic or allocate
+/// without bound (fuzzed: `fuzz/fuzz_targets/raft_frame.rs`).
+pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
+    let bad = |e: bincode::Error| format!("undecodable raft request: {e}");
+    Ok(match kind {
+        KIND_APPEND => PeerRequest::Append(bincode::deserialize(body).map_err(bad)?),
+        KIND_VOTE => PeerRequest::Vote(bincode::deserialize(body).map_err(bad)?),
+        KIND_SNAPSHOT => PeerRequest::Snapshot(bincode::deserialize(body).map_err(bad)?),
+        KIND_PROBE => PeerRequest::Probe,
+        KIND_READ_INDEX => PeerRequest::ReadIndex,
+        KIND_HANDOFF => {
+            PeerRequest::Handoff(*body.first().ok_or("a handover request without a role")?)
+        }
+        other => return Err(format!("unknown raft request kind {other}")),
+    })
+}
+
+async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, String> {
+    let raft = served
+        .rafts
+        .get(group as usize)
+        .ok_or_else(|| format!("this node has no group {group}"))?;
+    let refuses = || served.votes.refuses(group, raft);
+    let encoded = match decode_request(kind, body)? {
+        PeerRequest::Append(request) => bincode::serialize(&raft.append_entries(request).await),
+        PeerRequest::Vote(_) | PeerRequest::Handoff(_) if refuses() => return Err(REFUSAL.into()),
+        PeerRequest::Vote(request) => bincode::serialize(&raft.vote(request).await),
+        PeerRequest::Snapshot(request) => bincode::serialize(&raft.install_snapshot(request).await),
+        PeerRequest::Probe => bincode::serialize(&PeerGroup::of(raft).await),
+        PeerRequest::ReadIndex => bincode::serialize(&leader_read_index(raft).await?),
+        PeerRequest::Handoff(role) => {
+            crate::raft::rebalance::on_handoff(raft, role);
+            bincode::serialize(&())
+        }
+    };
+    encoded.map_err(|e| format!("encoding the raft response: {e}"))
+}
