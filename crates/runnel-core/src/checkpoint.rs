@@ -23,9 +23,9 @@ use std::sync::Arc;
 /// Version 2 added pins and copies of sources in other groups
 /// ([`crate::fork_copy`]); version 3 tiered chunks, snapshot placements
 /// and the queue of objects to delete ([`crate::tier`]); version 4 the
-/// subscriptions ([`crate::subscription`], as JSON). Earlier versions
-/// still load.
-const CHECKPOINT_VERSION: u8 = 4;
+/// subscriptions ([`crate::subscription`], as JSON); version 5 the
+/// cluster id ([`crate::cluster_id`]). Earlier versions still load.
+const CHECKPOINT_VERSION: u8 = 5;
 
 /// A group's state taken for a checkpoint under its lock, encoded after.
 ///
@@ -110,6 +110,7 @@ impl StreamsState {
         let subscriptions =
             serde_json::to_string(&self.subscriptions).expect("subscriptions serialize");
         w.str(&subscriptions);
+        w.opt_str(self.cluster_id.as_deref());
         CheckpointCapture {
             bytes: w.finish(),
             cuts,
@@ -166,6 +167,9 @@ impl StreamsState {
             state.subscriptions = serde_json::from_str(&r.string()?)
                 .map_err(|_| CodecError::Invalid("subscriptions"))?;
             state.subscriptions.rebuild_index();
+        }
+        if version >= 5 {
+            state.cluster_id = r.opt_string()?;
         }
         r.expect_end()?;
         Ok(state)

@@ -154,6 +154,11 @@ pub enum Command {
     /// A change to the subscriptions (the control group's; see
     /// [`crate::subscription`]).
     Subscription(Box<SubCommand>),
+    /// Name the cluster (the control group's; see
+    /// [`crate::cluster_id`]): the first id applied stays.
+    SetClusterId {
+        id: String,
+    },
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -200,7 +205,8 @@ impl Command {
             | Command::Tier { .. }
             | Command::TierSnapshot { .. }
             | Command::ObjectsDeleted { .. }
-            | Command::Subscription(_) => (None, None),
+            | Command::Subscription(_)
+            | Command::SetClusterId { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -266,6 +272,7 @@ const TAG_OBJECTS_DELETED: u8 = 13;
 /// (one per wake or ack, not per append), and JSON keeps their many
 /// shapes in one place.
 const TAG_SUBSCRIPTION: u8 = 14;
+const TAG_SET_CLUSTER_ID: u8 = 15;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -405,6 +412,10 @@ impl Entry {
                 w.u8(TAG_SUBSCRIPTION);
                 let json = serde_json::to_string(command).expect("subscription commands serialize");
                 w.str(&json);
+            }
+            Command::SetClusterId { id } => {
+                w.u8(TAG_SET_CLUSTER_ID);
+                w.str(id);
             }
         }
         w.raw(data);
@@ -558,6 +569,7 @@ impl Entry {
                 serde_json::from_str(&r.string()?)
                     .map_err(|_| CodecError::Invalid("subscription command"))?,
             ),
+            TAG_SET_CLUSTER_ID => Command::SetClusterId { id: r.string()? },
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {

@@ -13,6 +13,7 @@
 
 pub mod checkpoint;
 mod chunk_index;
+pub mod cluster_id;
 mod codec;
 pub mod command;
 mod create;

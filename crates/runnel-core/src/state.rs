@@ -68,6 +68,12 @@ pub enum Applied {
         count: usize,
     },
     Subscription(SubOutcome),
+    /// The cluster's id (see [`crate::cluster_id`]); `set`: this command
+    /// gave it.
+    ClusterId {
+        id: String,
+        set: bool,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -176,6 +182,8 @@ pub struct StreamsState {
     pub(crate) now_ms: i64,
     /// The subscriptions, in the control group (empty in the others).
     pub(crate) subscriptions: Subscriptions,
+    /// The cluster's id, in the control group (see [`crate::cluster_id`]).
+    pub(crate) cluster_id: Option<String>,
 }
 
 impl StreamsState {
@@ -251,6 +259,7 @@ impl StreamsState {
                 .apply((**command).clone())
                 .map(Applied::Subscription)
                 .map_err(CoreError::Subscription),
+            Command::SetClusterId { id } => self.set_cluster_id(id),
         }
     }
 
@@ -326,7 +335,8 @@ impl StreamsState {
     /// A fingerprint of what readers can observe, the same on every
     /// replica that applied the same entries (wherever each stored the
     /// bytes): FNV-1a over each stream's id, name, tail, earliest offset,
-    /// closure and deletion, in id order, then the subscriptions.
+    /// closure and deletion, in id order, then the subscriptions and the
+    /// cluster id.
     pub fn digest(&self) -> u64 {
         let mut ids: Vec<&StreamId> = self.streams.keys().collect();
         ids.sort_unstable();
@@ -352,6 +362,9 @@ impl StreamsState {
         if self.subscriptions.has_state() {
             let json = serde_json::to_vec(&self.subscriptions).expect("subscriptions serialize");
             feed(&json);
+        }
+        if let Some(id) = &self.cluster_id {
+            feed(id.as_bytes());
         }
         hash
     }

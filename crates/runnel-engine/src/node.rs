@@ -582,17 +582,18 @@ pub(crate) fn check_meta(dir: &Path, expected: &str) -> Result<(), OpenError> {
             configured: expected.trim().replace('\n', ", "),
         }),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            let tmp = dir.join(format!("{META_FILE}.tmp"));
-            std::fs::write(&tmp, expected).map_err(io)?;
-            std::fs::File::open(&tmp)
-                .and_then(|f| f.sync_all())
-                .map_err(io)?;
-            std::fs::rename(&tmp, &path).map_err(io)?;
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(io)?;
-            Ok(())
+            write_file_durably(dir, META_FILE, expected).map_err(io)
         }
         Err(e) => Err(io(e)),
     }
+}
+
+/// Writes `dir/name` whole or not at all, and durably: a temporary file,
+/// synced, renamed into place, and the directory synced.
+pub(crate) fn write_file_durably(dir: &Path, name: &str, contents: &str) -> std::io::Result<()> {
+    let tmp = dir.join(format!("{name}.tmp"));
+    std::fs::write(&tmp, contents)?;
+    std::fs::File::open(&tmp).and_then(|f| f.sync_all())?;
+    std::fs::rename(&tmp, dir.join(name))?;
+    std::fs::File::open(dir).and_then(|d| d.sync_all())
 }

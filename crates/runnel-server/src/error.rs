@@ -276,7 +276,9 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         }
         CoreError::SnapshotConflict => StatusCode::CONFLICT,
         CoreError::SnapshotNotFound => StatusCode::NOT_FOUND,
-        CoreError::SnapshotOffsetInvalid | CoreError::TrimOffsetInvalid => StatusCode::BAD_REQUEST,
+        CoreError::SnapshotOffsetInvalid
+        | CoreError::TrimOffsetInvalid
+        | CoreError::InvalidClusterId { .. } => StatusCode::BAD_REQUEST,
         // Internal: the engine resolves these before proposing, and
         // tiering commands never come from a client.
         CoreError::SubOffsetInTieredHistory | CoreError::TierRefused { .. } => {

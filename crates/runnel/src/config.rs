@@ -105,6 +105,12 @@ pub struct ServeArgs {
     /// of every group. Give the same flags again on a restart.
     #[arg(long)]
     pub join: Option<String>,
+    /// The id of the cluster this node belongs to: a new cluster takes it
+    /// when formed (without it, a random one), and the node refuses to
+    /// start over a data directory, or --join a cluster, named otherwise.
+    /// Letters, digits, '.', '_' and '-', up to 64.
+    #[arg(long)]
+    pub cluster_id: Option<String>,
     /// --join with access control on: a bearer token with `admin` on
     /// every stream.
     #[arg(long, env = "RUNNEL_JOIN_TOKEN", hide_env_values = true)]
@@ -246,6 +252,8 @@ pub struct ClusterSettings {
     pub peers: BTreeMap<u64, String>,
     pub election_timeout: Option<Duration>,
     pub join: Option<crate::join::Join>,
+    /// `--cluster-id`: the cluster this node must belong to.
+    pub cluster_id: Option<String>,
 }
 
 /// Everything `serve` needs, resolved.
@@ -392,6 +400,14 @@ impl ServeArgs {
             || self.peers.is_some()
             || file.peers.is_some()
             || join.is_some();
+        let cluster_id = self.cluster_id.clone().or(file.cluster_id.clone());
+        if let Some(id) = &cluster_id {
+            if !clustered {
+                return Err("--cluster-id is for cluster members (--node-id)".into());
+            }
+            runnel_engine::cluster::identity::validate(id)
+                .map_err(|e| format!("--cluster-id: {e}"))?;
+        }
         let tier = tier_config(&self, &file, &data_dir, clustered)?;
         let mut engine = EngineConfig::new(data_dir);
         engine.tier = tier;
@@ -420,6 +436,7 @@ impl ServeArgs {
                             self.join_ca.clone().or(file.join_ca.clone()),
                             pick!(groups),
                             listen,
+                            cluster_id.clone(),
                         )?;
                         (BTreeMap::from([(node_id, listen.to_string())]), Some(join))
                     }
@@ -442,6 +459,7 @@ impl ServeArgs {
                     peers,
                     election_timeout,
                     join,
+                    cluster_id,
                 })
             }
         };
@@ -688,5 +706,28 @@ mod tests {
                 "{node_id:?} {peers:?} must be refused"
             );
         }
+    }
+
+    #[test]
+    fn a_cluster_id_is_for_members_and_must_be_valid() {
+        let member = |cluster_id: &str| ServeArgs {
+            node_id: Some(1),
+            peers: Some("1=127.0.0.1:5001".into()),
+            cluster_id: Some(cluster_id.into()),
+            ..ServeArgs::default()
+        };
+        let settings = member("prod-eu.1").resolve().unwrap();
+        assert_eq!(
+            settings.cluster.unwrap().cluster_id.as_deref(),
+            Some("prod-eu.1")
+        );
+        let err = member("prod eu").resolve().err().unwrap();
+        assert!(err.contains("--cluster-id"), "{err}");
+        let single = ServeArgs {
+            cluster_id: Some("prod".into()),
+            ..ServeArgs::default()
+        };
+        let err = single.resolve().err().unwrap();
+        assert!(err.contains("for cluster members"), "{err}");
     }
 }

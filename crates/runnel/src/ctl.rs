@@ -166,7 +166,8 @@ fn render(status: &serde_json::Value) -> String {
     }
     out.push_str(&render_tiering(&status["tiering"]));
     out.push_str(&format!(
-        "answered by node {}\n\nnodes:\n",
+        "cluster {}, answered by node {}\n\nnodes:\n",
+        status["cluster_id"].as_str().unwrap_or("(not named yet)"),
         status["node_id"]
     ));
     if let Some(nodes) = status["nodes"].as_object() {
@@ -348,6 +349,13 @@ mod tests {
             .find(|l| l.starts_with("0 "))
             .expect("group row");
         assert!(row.contains(" 1,2,3+4 "), "{text}");
+        assert!(
+            text.contains("cluster (not named yet), answered by node 2"),
+            "{text}"
+        );
+        let mut named = status;
+        named["cluster_id"] = "prod".into();
+        assert!(render(&named).contains("cluster prod, answered by node 2"));
     }
 
     #[test]

@@ -11,8 +11,11 @@
 //! already and changes nothing.
 //!
 //! Refused before anything is written: a URL that is not a cluster
-//! member, a node id the cluster already has at another address, and a
-//! `--groups` other than the cluster's. A node that joined before starts
+//! member, a node id the cluster already has at another address, a
+//! `--groups` other than the cluster's, and a cluster whose id is not
+//! the one `--cluster-id` gives or the data directory keeps. The node
+//! keeps the cluster's id before it opens its groups, so its Raft peers
+//! know it from the first connection. A node that joined before starts
 //! with the peers it learnt then (kept in its data directory) when the
 //! member does not answer.
 
@@ -21,6 +24,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use runnel_engine::cluster::identity;
 use runnel_engine::node::META_FILE;
 
 use crate::config::Settings;
@@ -43,6 +47,8 @@ pub struct Join {
     pub groups: Option<u32>,
     /// This node's HTTP address as the others reach it.
     pub addr: SocketAddr,
+    /// `--cluster-id`: the cluster it must be.
+    pub cluster_id: Option<String>,
 }
 
 impl Join {
@@ -52,6 +58,7 @@ impl Join {
         ca: Option<PathBuf>,
         groups: Option<u32>,
         addr: SocketAddr,
+        cluster_id: Option<String>,
     ) -> Result<Join, String> {
         if !(url.starts_with("http://") || url.starts_with("https://")) {
             return Err(format!(
@@ -69,6 +76,7 @@ impl Join {
             ca,
             groups,
             addr,
+            cluster_id,
         })
     }
 
@@ -138,8 +146,14 @@ pub fn learn_cluster(settings: &mut Settings) -> Result<(), String> {
     })?;
     let learnt = ClusterView::of(&status).map_err(|e| format!("--join {}: {e}", join.url))?;
     let peers = learnt.peers_for(cluster.node_id, &join)?;
-    remember(&settings.engine.data_dir, &peers)
+    let dir = &settings.engine.data_dir;
+    let kept = identity::read_kept(dir).map_err(|e| format!("--join: {e}"))?;
+    let cluster_id = learnt.cluster_id_for(kept.as_deref(), &join)?;
+    remember(dir, &peers)
         .map_err(|e| format!("--join: cannot write to the data directory: {e}"))?;
+    if let Some(id) = cluster_id {
+        identity::keep(dir, &id).map_err(|e| format!("--join: {e}"))?;
+    }
     cluster.peers = peers;
     settings.engine.groups = learnt.groups;
     tracing::info!(
@@ -205,6 +219,8 @@ pub fn become_member(join: &Join, node_id: u64) -> Result<usize, String> {
 struct ClusterView {
     nodes: BTreeMap<u64, String>,
     groups: u32,
+    /// `None` until the cluster has named itself.
+    cluster_id: Option<String>,
 }
 
 impl ClusterView {
@@ -230,7 +246,31 @@ impl ClusterView {
         Ok(ClusterView {
             nodes,
             groups: groups as u32,
+            cluster_id: status["cluster_id"].as_str().map(str::to_string),
         })
+    }
+
+    /// The cluster id the joining node is to keep. Refuses a cluster
+    /// named other than `--cluster-id` or the id its data directory keeps
+    /// (`kept`: the directory holds another cluster's node).
+    fn cluster_id_for(&self, kept: Option<&str>, join: &Join) -> Result<Option<String>, String> {
+        let Some(theirs) = self.cluster_id.as_deref() else {
+            return Ok(None);
+        };
+        if let Some(kept) = kept.filter(|kept| *kept != theirs) {
+            return Err(format!(
+                "--join: the data directory belongs to cluster {kept:?}, but {} is a member of \
+                 cluster {theirs:?}: give this node a new data directory",
+                join.url
+            ));
+        }
+        if let Some(wanted) = join.cluster_id.as_deref().filter(|w| *w != theirs) {
+            return Err(format!(
+                "--join: {} is a member of cluster {theirs:?}, not --cluster-id {wanted:?}",
+                join.url
+            ));
+        }
+        Ok(Some(theirs.to_string()))
     }
 
     /// The joining node's peers: the cluster's nodes and itself. Refuses
@@ -276,6 +316,7 @@ mod tests {
             None,
             groups,
             "127.0.0.1:5007".parse().unwrap(),
+            None,
         )
         .unwrap()
     }
@@ -334,6 +375,36 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_named_otherwise_is_refused() {
+        let unnamed = ClusterView::of(&status()).unwrap();
+        assert_eq!(unnamed.cluster_id_for(Some("a"), &join(None)), Ok(None));
+        let mut named = status();
+        named["cluster_id"] = "prod".into();
+        let view = ClusterView::of(&named).unwrap();
+        assert_eq!(
+            view.cluster_id_for(None, &join(None)),
+            Ok(Some("prod".into()))
+        );
+        assert_eq!(
+            view.cluster_id_for(Some("prod"), &join(None)),
+            Ok(Some("prod".into()))
+        );
+        let err = view
+            .cluster_id_for(Some("staging"), &join(None))
+            .unwrap_err();
+        assert!(
+            err.contains("the data directory belongs to cluster \"staging\""),
+            "{err}"
+        );
+        let mut wanting = join(None);
+        wanting.cluster_id = Some("staging".into());
+        let err = view.cluster_id_for(None, &wanting).unwrap_err();
+        assert!(err.contains("not --cluster-id \"staging\""), "{err}");
+        wanting.cluster_id = Some("prod".into());
+        assert_eq!(view.cluster_id_for(None, &wanting), Ok(Some("prod".into())));
+    }
+
+    #[test]
     fn a_joined_node_remembers_its_peers_and_group_count() {
         let dir = tempfile::tempdir().unwrap();
         assert_eq!(remembered(dir.path()), None, "never joined");
@@ -363,7 +434,9 @@ mod tests {
             ("127.0.0.1:5001", "127.0.0.1:5007"),
             ("http://127.0.0.1:5001", "0.0.0.0:5007"),
         ] {
-            assert!(Join::new(url.into(), None, None, None, listen.parse().unwrap()).is_err());
+            assert!(
+                Join::new(url.into(), None, None, None, listen.parse().unwrap(), None).is_err()
+            );
         }
     }
 }

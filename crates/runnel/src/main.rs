@@ -145,6 +145,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                     config.heartbeat = timeout / 6;
                 }
                 config.tls = settings.cluster_tls.clone();
+                config.cluster_id = cluster.cluster_id.clone();
                 ClusterNode::open(&config)
                     .await
                     .map_err(|e| e.to_string())?

@@ -7,7 +7,7 @@
 //! the groups without a reachable quorum is refused, as are a node added
 //! under another id than its own and a node joining under an id the
 //! cluster has. A removed node drops out of the others' status and peer
-//! metrics. No acknowledged append is lost, the writers see no error,
+//! metrics, and every member ends knowing the cluster's id. No acknowledged append is lost, the writers see no error,
 //! and every remaining replica ends identical.
 
 mod common;
@@ -17,61 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::cluster::Cluster;
+use common::membership::{ctl_node, serve_joining};
 use common::read_all;
-
-/// Runs `runnel ctl node ARGS...`; answers (success, stdout, stderr).
-async fn ctl_node(args: &[&str]) -> (bool, String, String) {
-    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let out = std::process::Command::new(env!("CARGO_BIN_EXE_runnel"))
-            .args(["ctl", "node"])
-            .args(&args)
-            .output()
-            .expect("runnel ctl runs");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stdout).into_owned(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-    .unwrap()
-}
-
-/// Runs `runnel serve --node-id ID --join URL` with a fresh port and
-/// `data_dir`, expecting it to exit (it is killed after 20 s); answers
-/// (whether it exited successfully, stderr).
-async fn serve_joining(node_id: u64, url: &str, data_dir: &std::path::Path) -> (bool, String) {
-    use std::process::{Command, Stdio};
-    let port = common::reserve_ports(2);
-    let (url, data_dir) = (url.to_string(), data_dir.to_path_buf());
-    tokio::task::spawn_blocking(move || {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_runnel"))
-            .args(["serve", "--node-id", &node_id.to_string(), "--join", &url])
-            .args(["--listen", &format!("127.0.0.1:{port}"), "--groups", "3"])
-            .arg("--data-dir")
-            .arg(&data_dir)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("runnel serve runs");
-        let deadline = std::time::Instant::now() + Duration::from_secs(20);
-        while child.try_wait().expect("try_wait").is_none() {
-            if std::time::Instant::now() > deadline {
-                let _ = child.kill();
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let out = child.wait_with_output().expect("the child's output");
-        (
-            out.status.success(),
-            String::from_utf8_lossy(&out.stderr).into_owned(),
-        )
-    })
-    .await
-    .unwrap()
-}
 
 /// Each group's voters as node `i` sees them.
 async fn voters(cluster: &Cluster, i: usize) -> Vec<Vec<u64>> {
@@ -294,7 +241,7 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
     // A node joining under an id the cluster has is refused before it
     // writes anything.
     let taken = dir.path().join("taken-id");
-    let (ok, stderr) = serve_joining(2, &cluster.base(1), &taken).await;
+    let (ok, stderr) = serve_joining(2, &cluster.base(1), &taken, &[]).await;
     assert!(!ok, "a join under a taken id was not refused");
     assert!(stderr.contains("node 2 is already a member at"), "{stderr}");
     assert!(
@@ -351,6 +298,15 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
             node + 1
         );
     }
+    // Every member, the joined ones included, knows the cluster's id.
+    let mut ids = Vec::new();
+    for node in remaining {
+        ids.push(cluster.status(node).await.expect("status")["cluster_id"].clone());
+    }
+    assert!(
+        ids[0].is_string() && ids.iter().all(|id| *id == ids[0]),
+        "cluster ids: {ids:?}"
+    );
     assert_eq!(
         *errors.lock().unwrap(),
         Vec::<String>::new(),

@@ -14,6 +14,7 @@
 //!
 //! ```text
 //! DATA_DIR/runnel.meta   format, group count and node id
+//! DATA_DIR/cluster-id    the cluster's id, once known ([`identity`])
 //! DATA_DIR/log/          the shared log: Raft records of every group
 //! ```
 
@@ -44,7 +45,9 @@ use crate::raft::{NodeId, Raft};
 use crate::tier::{self, GroupTier, Tiering};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
+use identity::Identity;
 
+pub mod identity;
 pub mod membership;
 mod reads;
 mod report;
@@ -75,6 +78,9 @@ pub struct ClusterConfig {
     pub manual_commit: bool,
     /// Mutual TLS on the Raft port (each peer known by its certificate).
     pub tls: Option<Arc<runnel_tls::ClusterTls>>,
+    /// The cluster id this node must belong to (`--cluster-id`), and the
+    /// one a new cluster takes when this node names it ([`identity`]).
+    pub cluster_id: Option<String>,
 }
 
 impl ClusterConfig {
@@ -87,6 +93,7 @@ impl ClusterConfig {
             election_timeout: (Duration::from_millis(350), Duration::from_millis(700)),
             manual_commit: false,
             tls: None,
+            cluster_id: None,
         }
     }
 }
@@ -135,18 +142,21 @@ impl ClusterNode {
             .ok_or_else(|| OpenError::Config {
                 reason: format!("--peers does not list this node ({})", config.node_id),
             })?;
+        let identity = Identity::load(&config.engine.data_dir, config.cluster_id.as_deref())?;
         let transport = TcpTransport {
-            links: Arc::new(Links::new(peers, config.tls.clone())),
+            links: Arc::new(Links::new(peers, config.tls.clone(), Arc::clone(&identity))),
             listen: raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?,
             tls: config.tls.clone(),
         };
-        ClusterNode::open_with(config, transport).await
+        ClusterNode::open_with(config, transport, identity).await
     }
 
-    /// Opens a member that reaches its peers through `transport`.
+    /// Opens a member that reaches its peers through `transport`, and
+    /// belongs to the cluster `identity` names.
     pub(crate) async fn open_with<T: Transport>(
         config: &ClusterConfig,
         transport: T,
+        identity: Arc<Identity>,
     ) -> Result<Arc<ClusterNode>, OpenError> {
         let engine = &config.engine;
         let group_count = engine.groups.max(1);
@@ -309,6 +319,7 @@ impl ClusterNode {
         let served = Arc::new(Served {
             rafts: groups.iter().map(|g| g.raft().clone()).collect(),
             votes: VoteGuard::new(groups.len()),
+            identity: Arc::clone(&identity),
         });
         let mut tasks = transport.serve(Arc::clone(&served)).await?;
 
@@ -319,6 +330,10 @@ impl ClusterNode {
             Arc::clone(&transport),
             Arc::clone(&served),
             config.election_timeout.1 * 3,
+        )));
+        tasks.push(tokio::spawn(identity::name_the_cluster(
+            Arc::clone(&groups[control::CONTROL_GROUP]),
+            identity,
         )));
         tasks.push(tokio::spawn(membership::link_members(
             groups.clone(),
@@ -396,6 +411,11 @@ impl ClusterNode {
 
     pub fn node_id(&self) -> NodeId {
         self.node_id
+    }
+
+    /// The cluster's id, once this node knows it ([`identity`]).
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.served.identity.get()
     }
 
     pub fn groups(&self) -> &[Arc<RaftGroup>] {

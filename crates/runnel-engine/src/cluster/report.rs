@@ -70,6 +70,7 @@ impl ClusterNode {
         serde_json::json!({
             "mode": "cluster",
             "node_id": self.node_id,
+            "cluster_id": self.cluster_id(),
             "nodes": self.known_nodes(),
             "log_position": self.log.durable_position(),
             "write_failure": self.write_failure(),

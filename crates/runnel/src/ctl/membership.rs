@@ -72,6 +72,17 @@ fn check_newcomer(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(), Strin
         ));
     }
     let cluster = fetch(&args.target)?;
+    if let (Some(theirs), Some(ours)) = (
+        newcomer["cluster_id"].as_str(),
+        cluster["cluster_id"].as_str(),
+    ) {
+        if theirs != ours {
+            return Err(format!(
+                "{addr} belongs to cluster {theirs:?}, not to {ours:?}: it was started over \
+                 another cluster's data directory, or with another --cluster-id"
+            ));
+        }
+    }
     let count = |status: &serde_json::Value| status["groups"].as_array().map_or(0, Vec::len);
     if count(&newcomer) != count(&cluster) {
         return Err(format!(

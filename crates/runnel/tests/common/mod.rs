@@ -2,6 +2,8 @@
 
 #[allow(dead_code)] // only the cluster tests start clusters
 pub mod cluster;
+#[allow(dead_code)] // only the membership tests change members
+pub mod membership;
 #[allow(dead_code)] // only the tiering tests need an S3 server
 pub mod s3;
 

@@ -52,6 +52,7 @@ use runnel_history::check::{AppendOp, History, Micros, ReadOp};
 use runnel_history::record::payload;
 
 use self::net::{SimNet, SimTransport};
+use crate::cluster::identity::Identity;
 use crate::cluster::{ClusterConfig, ClusterNode};
 use crate::node::EngineConfig;
 use crate::raft::runtime::seed_thread_rng;
@@ -139,7 +140,10 @@ impl Sim {
             net: Arc::clone(&self.net),
             me: i as u64 + 1,
         };
-        let node = ClusterNode::open_with(&self.config(i), transport)
+        let config = self.config(i);
+        let identity = Identity::load(&config.engine.data_dir, None)
+            .unwrap_or_else(|e| panic!("node {}'s cluster id: {e}", i + 1));
+        let node = ClusterNode::open_with(&config, transport, identity)
             .await
             .unwrap_or_else(|e| panic!("node {} failed to open: {e}", i + 1));
         // The disk: what was appended becomes durable after 0.5-4 ms.
@@ -574,7 +578,8 @@ async fn simulate(seed: u64) -> Vec<String> {
     trace
 }
 
-/// Waits until every node applied the same entries in every group.
+/// Waits until every node applied the same entries in every group, and
+/// knows the cluster by the same id.
 async fn converge(sim: &Sim, seed: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
@@ -582,16 +587,18 @@ async fn converge(sim: &Sim, seed: u64) {
             .alive()
             .iter()
             .map(|n| {
-                n.groups()
+                let groups = n
+                    .groups()
                     .iter()
                     .map(|g| {
                         let s = g.status();
                         (s.last_applied_index, s.applied_digest)
                     })
-                    .collect::<Vec<_>>()
+                    .collect::<Vec<_>>();
+                (n.cluster_id().map(str::to_string), groups)
             })
             .collect();
-        if views.iter().all(|v| *v == views[0]) {
+        if views[0].0.is_some() && views.iter().all(|v| *v == views[0]) {
             return;
         }
         assert!(

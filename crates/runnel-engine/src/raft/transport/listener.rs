@@ -10,8 +10,9 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::{
-    leader_read_index, read_frame, write_frames, PeerGroup, Served, CONNECT_TIMEOUT, KIND_APPEND,
-    KIND_HANDOFF, KIND_PROBE, KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
+    hello, leader_read_index, read_frame, response_frame, write_frames, PeerGroup, Served,
+    CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_PROBE, KIND_READ_INDEX,
+    KIND_SNAPSHOT, KIND_VOTE,
 };
 use crate::raft::vote_guard::REFUSAL;
 use crate::raft::{NodeId, TypeConfig};
@@ -54,13 +55,23 @@ pub(crate) async fn serve(
     }
 }
 
-async fn serve_connection(
+pub(super) async fn serve_connection(
     stream: impl AsyncRead + AsyncWrite + Send + 'static,
     served: Arc<Served>,
 ) {
     let (mut reader, writer) = tokio::io::split(stream);
     let (responses, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::spawn(write_frames(writer, outgoing));
+    let Ok(first) = read_frame(&mut reader).await else {
+        return;
+    };
+    let greeting = hello::answer(&served.identity, &first);
+    let refused = greeting.as_ref().err().cloned();
+    let _ = responses.send(response_frame(0, greeting));
+    if let Some(reason) = refused {
+        tracing::warn!(%reason, "raft connection refused");
+        return;
+    }
     while let Ok(frame) = read_frame(&mut reader).await {
         if frame.len() < 13 {
             tracing::warn!("short raft request frame; closing the connection");
@@ -72,16 +83,7 @@ async fn serve_connection(
         let (served, responses) = (Arc::clone(&served), responses.clone());
         tokio::spawn(async move {
             let answer = answer(&served, kind, group, &frame[13..]).await;
-            let (ok, body) = match answer {
-                Ok(body) => (1u8, body),
-                Err(reason) => (0u8, reason.into_bytes()),
-            };
-            let mut out = Vec::with_capacity(13 + body.len());
-            out.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
-            out.extend_from_slice(&id.to_le_bytes());
-            out.push(ok);
-            out.extend_from_slice(&body);
-            let _ = responses.send(out);
+            let _ = responses.send(response_frame(id, answer));
         });
     }
 }
@@ -95,6 +97,9 @@ pub enum PeerRequest {
     ReadIndex,
     /// A leader hands its group over (the role it asks for).
     Handoff(u8),
+    /// The cluster id the peer knows (only the first request of a
+    /// connection: see [`hello`]).
+    Hello(Option<String>),
 }
 
 /// Decodes the body of a request frame of `kind`: all of it comes from
@@ -111,6 +116,7 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
         KIND_HANDOFF => {
             PeerRequest::Handoff(*body.first().ok_or("a handover request without a role")?)
         }
+        KIND_HELLO => PeerRequest::Hello(hello::decode(body)?),
         other => return Err(format!("unknown raft request kind {other}")),
     })
 }
@@ -132,6 +138,7 @@ async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Ve
             crate::raft::rebalance::on_handoff(raft, role);
             bincode::serialize(&())
         }
+        PeerRequest::Hello(_) => return Err("a hello only opens a connection".into()),
     };
     encoded.map_err(|e| format!("encoding the raft response: {e}"))
 }

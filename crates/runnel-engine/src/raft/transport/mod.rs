@@ -15,7 +15,9 @@
 //! With the cluster's mutual TLS ([`runnel_tls::ClusterTls`]) every
 //! connection is TLS both ways: a node dialing peer N accepts only N's
 //! certificate, and a node accepts only connections whose certificate
-//! names a node. The answering side is [`listener`].
+//! names a node. Every connection opens with a [`hello`]: nodes of
+//! different clusters refuse each other. The answering side is
+//! [`listener`].
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -37,7 +39,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::vote_guard::VoteGuard;
 use super::{NodeId, Raft, TypeConfig};
+use crate::cluster::identity::Identity;
 
+mod hello;
 mod listener;
 use crate::metrics::histogram::Histogram;
 use crate::metrics::PeerMetrics;
@@ -56,6 +60,8 @@ const KIND_READ_INDEX: u8 = 5;
 /// A part in a leadership handover (see [`super::rebalance`]); the body is
 /// the role.
 const KIND_HANDOFF: u8 = 6;
+/// The first request on a connection (see [`hello`]).
+const KIND_HELLO: u8 = 7;
 /// Largest frame accepted (a batch of entries of the largest record size).
 const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -96,6 +102,8 @@ type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, String>>>>;
 pub(crate) struct Served {
     pub rafts: Vec<Raft>,
     pub votes: VoteGuard,
+    /// The cluster this node belongs to, checked in every hello.
+    pub identity: Arc<Identity>,
 }
 
 /// A peer's copy of a group, as a starting node asks about it.
@@ -152,6 +160,7 @@ pub struct PeerLink {
     peer: NodeId,
     addr: String,
     tls: Option<Arc<runnel_tls::ClusterTls>>,
+    identity: Arc<Identity>,
     next_id: AtomicU64,
     /// Whether the last connection attempt succeeded (logged on change).
     reachable: AtomicBool,
@@ -162,11 +171,17 @@ pub struct PeerLink {
 }
 
 impl PeerLink {
-    pub fn new(peer: NodeId, addr: String, tls: Option<Arc<runnel_tls::ClusterTls>>) -> PeerLink {
+    pub fn new(
+        peer: NodeId,
+        addr: String,
+        tls: Option<Arc<runnel_tls::ClusterTls>>,
+        identity: Arc<Identity>,
+    ) -> PeerLink {
         PeerLink {
             peer,
             addr,
             tls,
+            identity,
             next_id: AtomicU64::new(1),
             reachable: AtomicBool::new(true),
             connection: tokio::sync::Mutex::new(None),
@@ -210,12 +225,7 @@ impl PeerLink {
         timeout: Duration,
     ) -> Result<Vec<u8>, String> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let mut frame = Vec::with_capacity(17 + body.len());
-        frame.extend_from_slice(&((13 + body.len()) as u32).to_le_bytes());
-        frame.extend_from_slice(&id.to_le_bytes());
-        frame.push(kind);
-        frame.extend_from_slice(&group.to_le_bytes());
-        frame.extend_from_slice(body);
+        let frame = request_frame(id, kind, group, body);
         let (tx, rx) = oneshot::channel();
         let pending = {
             let mut slot = self.connection.lock().await;
@@ -290,7 +300,7 @@ impl PeerLink {
             .map_err(|_| format!("connecting to {} timed out", self.addr))?
             .map_err(|e| format!("connecting to {}: {e}", self.addr))?;
         let _ = stream.set_nodelay(true);
-        let (mut reader, writer): (
+        let (mut reader, mut writer): (
             Box<dyn AsyncRead + Send + Unpin>,
             Box<dyn AsyncWrite + Send + Unpin>,
         ) = match &self.tls {
@@ -307,6 +317,9 @@ impl PeerLink {
                 (Box::new(reader), Box::new(writer))
             }
         };
+        hello::greet(&mut reader, &mut writer, &self.identity)
+            .await
+            .map_err(|reason| format!("{}: {reason}", self.addr))?;
         let (frames, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
         let pending: Arc<Pending> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
@@ -369,6 +382,32 @@ async fn write_frames(
             return;
         }
     }
+}
+
+/// A request frame, its length prefix included.
+fn request_frame(id: u64, kind: u8, group: u32, body: &[u8]) -> Vec<u8> {
+    let mut frame = Vec::with_capacity(17 + body.len());
+    frame.extend_from_slice(&((13 + body.len()) as u32).to_le_bytes());
+    frame.extend_from_slice(&id.to_le_bytes());
+    frame.push(kind);
+    frame.extend_from_slice(&group.to_le_bytes());
+    frame.extend_from_slice(body);
+    frame
+}
+
+/// A response frame to request `id`, its length prefix included: the
+/// answer's body, or the reason it failed.
+fn response_frame(id: u64, answer: Result<Vec<u8>, String>) -> Vec<u8> {
+    let (ok, body) = match answer {
+        Ok(body) => (1u8, body),
+        Err(reason) => (0u8, reason.into_bytes()),
+    };
+    let mut frame = Vec::with_capacity(13 + body.len());
+    frame.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
+    frame.extend_from_slice(&id.to_le_bytes());
+    frame.push(ok);
+    frame.extend_from_slice(&body);
+    frame
 }
 
 async fn read_frame(reader: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<Vec<u8>> {
@@ -469,6 +508,7 @@ pub(crate) async fn leader_read_index(raft: &Raft) -> Result<Option<u64>, String
 pub struct Links {
     map: std::sync::RwLock<HashMap<NodeId, Arc<PeerLink>>>,
     tls: Option<Arc<runnel_tls::ClusterTls>>,
+    identity: Arc<Identity>,
 }
 
 impl Links {
@@ -476,14 +516,19 @@ impl Links {
     pub fn new(
         peers: impl IntoIterator<Item = (NodeId, String)>,
         tls: Option<Arc<runnel_tls::ClusterTls>>,
+        identity: Arc<Identity>,
     ) -> Links {
         let map = peers
             .into_iter()
-            .map(|(id, addr)| (id, Arc::new(PeerLink::new(id, addr, tls.clone()))))
+            .map(|(id, addr)| {
+                let link = PeerLink::new(id, addr, tls.clone(), Arc::clone(&identity));
+                (id, Arc::new(link))
+            })
             .collect();
         Links {
             map: std::sync::RwLock::new(map),
             tls,
+            identity,
         }
     }
 
@@ -497,7 +542,12 @@ impl Links {
         if let Some(link) = self.get(node).filter(|l| l.addr == addr) {
             return link;
         }
-        let link = Arc::new(PeerLink::new(node, addr.to_string(), self.tls.clone()));
+        let link = Arc::new(PeerLink::new(
+            node,
+            addr.to_string(),
+            self.tls.clone(),
+            Arc::clone(&self.identity),
+        ));
         tracing::info!(node, addr, "linking to a peer from a group's membership");
         self.map
             .write()

@@ -1,0 +1,118 @@
+//! The cluster's id: a name the control group's log gives the cluster
+//! once, so that nodes of different clusters can tell each other apart
+//! (a node refuses Raft peers and joins of another cluster).
+//!
+//! The first [`Command::SetClusterId`](crate::Command::SetClusterId)
+//! applied names the cluster for good; later ones change nothing and
+//! learn the id that stands. It is part of the state, so checkpoints and
+//! snapshots carry it to replicas that join later.
+
+use crate::error::CoreError;
+use crate::state::{Applied, StreamsState};
+
+/// The longest cluster id accepted.
+pub const MAX_LEN: usize = 64;
+
+/// Checks a cluster id: 1 to [`MAX_LEN`] characters of ASCII letters,
+/// digits, `.`, `_` and `-` (it travels in file names, headers and logs).
+pub fn validate(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_LEN {
+        return Err(format!(
+            "a cluster id has 1 to {MAX_LEN} characters, not {}",
+            id.len()
+        ));
+    }
+    match id
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        Some(c) => Err(format!(
+            "a cluster id holds only letters, digits, '.', '_' and '-', not {c:?}"
+        )),
+        None => Ok(()),
+    }
+}
+
+impl StreamsState {
+    /// The id the cluster was given, once the control group applied one.
+    pub fn cluster_id(&self) -> Option<&str> {
+        self.cluster_id.as_deref()
+    }
+
+    pub(crate) fn set_cluster_id(&mut self, id: &str) -> Result<Applied, CoreError> {
+        validate(id).map_err(|reason| CoreError::InvalidClusterId { reason })?;
+        let set = self.cluster_id.is_none();
+        let id = self.cluster_id.get_or_insert_with(|| id.to_string());
+        Ok(Applied::ClusterId {
+            id: id.clone(),
+            set,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Command, Entry};
+
+    fn name(state: &mut StreamsState, id: &str) -> Result<Applied, CoreError> {
+        let entry = Entry {
+            now_ms: 1,
+            command: Command::SetClusterId { id: id.into() },
+        };
+        state.apply(&Entry::decode(&entry.encode()).expect("decodes"), 0, 0)
+    }
+
+    #[test]
+    fn the_first_id_applied_stays() {
+        let mut state = StreamsState::new();
+        assert_eq!(state.cluster_id(), None);
+        assert_eq!(
+            name(&mut state, "prod-eu"),
+            Ok(Applied::ClusterId {
+                id: "prod-eu".into(),
+                set: true
+            })
+        );
+        assert_eq!(
+            name(&mut state, "other"),
+            Ok(Applied::ClusterId {
+                id: "prod-eu".into(),
+                set: false
+            })
+        );
+        assert_eq!(state.cluster_id(), Some("prod-eu"));
+    }
+
+    #[test]
+    fn bad_ids_are_refused_and_change_nothing() {
+        let mut state = StreamsState::new();
+        for bad in ["", "a b", "x/y", "é", &"a".repeat(MAX_LEN + 1)] {
+            assert!(
+                matches!(
+                    name(&mut state, bad),
+                    Err(CoreError::InvalidClusterId { .. })
+                ),
+                "{bad:?} accepted"
+            );
+        }
+        assert_eq!(state.cluster_id(), None);
+        assert!(validate(&"a".repeat(MAX_LEN)).is_ok());
+        assert!(validate("rc-0123456789abcdef_A.b").is_ok());
+    }
+
+    #[test]
+    fn checkpoints_carry_the_id_and_the_digest_sees_it() {
+        let mut state = StreamsState::new();
+        let unnamed = state.digest();
+        name(&mut state, "prod-eu").expect("named");
+        assert_ne!(state.digest(), unnamed);
+        let bytes = state.capture_checkpoint().encode();
+        let restored = StreamsState::decode_checkpoint(&bytes).expect("decodes");
+        assert_eq!(restored.cluster_id(), Some("prod-eu"));
+        assert_eq!(restored.digest(), state.digest());
+        let unnamed = StreamsState::new().capture_checkpoint().encode();
+        let restored = StreamsState::decode_checkpoint(&unnamed).expect("decodes");
+        assert_eq!(restored.cluster_id(), None);
+    }
+}

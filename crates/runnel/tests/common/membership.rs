@@ -1,0 +1,65 @@
+//! `runnel ctl node` and `runnel serve --join` run as processes, for the
+//! membership tests.
+
+use std::time::Duration;
+
+/// Runs `runnel ctl node ARGS...`; answers (success, stdout, stderr).
+pub async fn ctl_node(args: &[&str]) -> (bool, String, String) {
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .args(["ctl", "node"])
+            .args(&args)
+            .output()
+            .expect("runnel ctl runs");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
+
+/// Runs `runnel serve --node-id ID --join URL EXTRA...` with a fresh
+/// port and `data_dir`, expecting it to exit (it is killed after 20 s);
+/// answers (whether it exited successfully, stderr).
+pub async fn serve_joining(
+    node_id: u64,
+    url: &str,
+    data_dir: &std::path::Path,
+    extra: &[&str],
+) -> (bool, String) {
+    use std::process::{Command, Stdio};
+    let port = super::reserve_ports(2);
+    let (url, data_dir) = (url.to_string(), data_dir.to_path_buf());
+    let extra: Vec<String> = extra.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .args(["serve", "--node-id", &node_id.to_string(), "--join", &url])
+            .args(["--listen", &format!("127.0.0.1:{port}"), "--groups", "3"])
+            .arg("--data-dir")
+            .arg(&data_dir)
+            .args(&extra)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("runnel serve runs");
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while child.try_wait().expect("try_wait").is_none() {
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().expect("the child's output");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    })
+    .await
+    .unwrap()
+}
