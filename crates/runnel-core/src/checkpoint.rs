@@ -24,8 +24,9 @@ use std::sync::Arc;
 /// ([`crate::fork_copy`]); version 3 tiered chunks, snapshot placements
 /// and the queue of objects to delete ([`crate::tier`]); version 4 the
 /// subscriptions ([`crate::subscription`], as JSON); version 5 the
-/// cluster id ([`crate::cluster_id`]). Earlier versions still load.
-const CHECKPOINT_VERSION: u8 = 5;
+/// cluster id, version 6 the retired nodes ([`crate::cluster_meta`]).
+/// Earlier versions still load.
+const CHECKPOINT_VERSION: u8 = 6;
 
 /// A group's state taken for a checkpoint under its lock, encoded after.
 ///
@@ -111,6 +112,10 @@ impl StreamsState {
             serde_json::to_string(&self.subscriptions).expect("subscriptions serialize");
         w.str(&subscriptions);
         w.opt_str(self.cluster_id.as_deref());
+        w.u64(self.retired_nodes.len() as u64);
+        for node in &self.retired_nodes {
+            w.u64(*node);
+        }
         CheckpointCapture {
             bytes: w.finish(),
             cuts,
@@ -170,6 +175,11 @@ impl StreamsState {
         }
         if version >= 5 {
             state.cluster_id = r.opt_string()?;
+        }
+        if version >= 6 {
+            for _ in 0..r.u64()? {
+                state.retired_nodes.insert(r.u64()?);
+            }
         }
         r.expect_end()?;
         Ok(state)

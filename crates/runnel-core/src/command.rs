@@ -155,9 +155,14 @@ pub enum Command {
     /// [`crate::subscription`]).
     Subscription(Box<SubCommand>),
     /// Name the cluster (the control group's; see
-    /// [`crate::cluster_id`]): the first id applied stays.
+    /// [`crate::cluster_meta`]): the first id applied stays.
     SetClusterId {
         id: String,
+    },
+    /// Node `node` was removed from the cluster for good (the control
+    /// group's; see [`crate::cluster_meta`]).
+    RetireNode {
+        node: u64,
     },
 }
 
@@ -206,7 +211,8 @@ impl Command {
             | Command::TierSnapshot { .. }
             | Command::ObjectsDeleted { .. }
             | Command::Subscription(_)
-            | Command::SetClusterId { .. } => (None, None),
+            | Command::SetClusterId { .. }
+            | Command::RetireNode { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -273,6 +279,7 @@ const TAG_OBJECTS_DELETED: u8 = 13;
 /// shapes in one place.
 const TAG_SUBSCRIPTION: u8 = 14;
 const TAG_SET_CLUSTER_ID: u8 = 15;
+const TAG_RETIRE_NODE: u8 = 16;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -416,6 +423,10 @@ impl Entry {
             Command::SetClusterId { id } => {
                 w.u8(TAG_SET_CLUSTER_ID);
                 w.str(id);
+            }
+            Command::RetireNode { node } => {
+                w.u8(TAG_RETIRE_NODE);
+                w.u64(*node);
             }
         }
         w.raw(data);
@@ -570,6 +581,7 @@ impl Entry {
                     .map_err(|_| CodecError::Invalid("subscription command"))?,
             ),
             TAG_SET_CLUSTER_ID => Command::SetClusterId { id: r.string()? },
+            TAG_RETIRE_NODE => Command::RetireNode { node: r.u64()? },
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {

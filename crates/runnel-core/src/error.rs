@@ -60,7 +60,7 @@ pub enum CoreError {
     /// not referenced.
     #[error("tiering refused: {reason}")]
     TierRefused { reason: String },
-    /// A cluster id that [`crate::cluster_id::validate`] refuses.
+    /// A cluster id that [`crate::cluster_meta::validate`] refuses.
     #[error("invalid cluster id: {reason}")]
     InvalidClusterId { reason: String },
     /// A subscription command refused by the protocol's rules.

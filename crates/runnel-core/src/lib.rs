@@ -13,7 +13,7 @@
 
 pub mod checkpoint;
 mod chunk_index;
-pub mod cluster_id;
+pub mod cluster_meta;
 mod codec;
 pub mod command;
 mod create;

@@ -68,11 +68,15 @@ pub enum Applied {
         count: usize,
     },
     Subscription(SubOutcome),
-    /// The cluster's id (see [`crate::cluster_id`]); `set`: this command
-    /// gave it.
+    /// The cluster's id (see [`crate::cluster_meta`]); `set`: this
+    /// command gave it.
     ClusterId {
         id: String,
         set: bool,
+    },
+    /// `newly`: the node was not retired before.
+    NodeRetired {
+        newly: bool,
     },
 }
 
@@ -182,8 +186,10 @@ pub struct StreamsState {
     pub(crate) now_ms: i64,
     /// The subscriptions, in the control group (empty in the others).
     pub(crate) subscriptions: Subscriptions,
-    /// The cluster's id, in the control group (see [`crate::cluster_id`]).
+    /// The cluster's id, in the control group (see [`crate::cluster_meta`]).
     pub(crate) cluster_id: Option<String>,
+    /// Nodes removed for good, in the control group.
+    pub(crate) retired_nodes: std::collections::BTreeSet<u64>,
 }
 
 impl StreamsState {
@@ -260,6 +266,7 @@ impl StreamsState {
                 .map(Applied::Subscription)
                 .map_err(CoreError::Subscription),
             Command::SetClusterId { id } => self.set_cluster_id(id),
+            Command::RetireNode { node } => Ok(self.retire_node(*node)),
         }
     }
 
@@ -335,8 +342,8 @@ impl StreamsState {
     /// A fingerprint of what readers can observe, the same on every
     /// replica that applied the same entries (wherever each stored the
     /// bytes): FNV-1a over each stream's id, name, tail, earliest offset,
-    /// closure and deletion, in id order, then the subscriptions and the
-    /// cluster id.
+    /// closure and deletion, in id order, then the subscriptions, the
+    /// cluster id and the retired nodes.
     pub fn digest(&self) -> u64 {
         let mut ids: Vec<&StreamId> = self.streams.keys().collect();
         ids.sort_unstable();
@@ -365,6 +372,9 @@ impl StreamsState {
         }
         if let Some(id) = &self.cluster_id {
             feed(id.as_bytes());
+        }
+        for node in &self.retired_nodes {
+            feed(&node.to_le_bytes());
         }
         hash
     }

@@ -175,6 +175,18 @@ fn render(status: &serde_json::Value) -> String {
             out.push_str(&format!("  {id}  {}\n", addr.as_str().unwrap_or("?")));
         }
     }
+    let retired: Vec<String> = status["retired_nodes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|n| n.to_string())
+        .collect();
+    if !retired.is_empty() {
+        out.push_str(&format!(
+            "retired (never members again): {}\n",
+            retired.join(", ")
+        ));
+    }
     out.push_str(
         "\ngroup  leader  term  state      last-log  applied  votes  members       follower lag\n",
     );
@@ -353,9 +365,16 @@ mod tests {
             text.contains("cluster (not named yet), answered by node 2"),
             "{text}"
         );
+        assert!(!text.contains("retired"), "{text}");
         let mut named = status;
         named["cluster_id"] = "prod".into();
-        assert!(render(&named).contains("cluster prod, answered by node 2"));
+        named["retired_nodes"] = serde_json::json!([5, 7]);
+        let text = render(&named);
+        assert!(text.contains("cluster prod, answered by node 2"), "{text}");
+        assert!(
+            text.contains("retired (never members again): 5, 7"),
+            "{text}"
+        );
     }
 
     #[test]

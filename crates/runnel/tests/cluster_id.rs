@@ -9,7 +9,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
-use common::membership::{ctl_node, serve_joining};
+use common::membership::{ctl_node_add, serve_joining};
 
 /// The cluster id every running node of `cluster` reports, once they
 /// all report the same one.
@@ -47,16 +47,7 @@ async fn nodes_of_another_cluster_are_refused() {
 
     // A running node of another cluster is not added.
     let staging_addr = format!("127.0.0.1:{}", staging.ports[0]);
-    let (ok, _, stderr) = ctl_node(&[
-        "add",
-        "--node-id",
-        "1",
-        "--addr",
-        &staging_addr,
-        "--target",
-        &prod.base(0),
-    ])
-    .await;
+    let (ok, _, stderr) = ctl_node_add(1, &staging_addr, &prod.base(0)).await;
     assert!(!ok, "a node of another cluster was added");
     assert!(
         stderr.contains("belongs to cluster \"staging\""),
@@ -93,19 +84,7 @@ async fn nodes_of_another_cluster_are_refused() {
 
     // A member restarted with another --cluster-id does not start.
     prod.kill(0);
-    let peers: Vec<String> = prod
-        .ports
-        .iter()
-        .enumerate()
-        .map(|(i, port)| format!("{}=127.0.0.1:{port}", i + 1))
-        .collect();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runnel"))
-        .args(["serve", "--node-id", "1", "--peers", &peers.join(",")])
-        .args(["--listen", &format!("127.0.0.1:{}", prod.ports[0])])
-        .args(["--groups", "3", "--cluster-id", "staging", "--data-dir"])
-        .arg(dir.path().join("prod").join("n1"))
-        .output()
-        .expect("runnel serve runs");
+    let out = prod.serve_until_exit(0, &["--cluster-id", "staging"]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "it started: {stderr}");
     assert!(

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::membership::{ctl_node, serve_joining};
+use common::membership::{ctl_node, ctl_node_add, serve_joining};
 use common::read_all;
 
 /// Each group's voters as node `i` sees them.
@@ -124,27 +124,9 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
     let joiner = cluster.start_joiner().await;
     let joiner_addr = format!("127.0.0.1:{}", cluster.ports[joiner]);
     // Under another id than the one it was started with: refused.
-    let (ok, _, stderr) = ctl_node(&[
-        "add",
-        "--node-id",
-        "9",
-        "--addr",
-        &joiner_addr,
-        "--target",
-        &cluster.base(1),
-    ])
-    .await;
+    let (ok, _, stderr) = ctl_node_add(9, &joiner_addr, &cluster.base(1)).await;
     assert!(!ok && stderr.contains("is node 4, not node 9"), "{stderr}");
-    let (ok, stdout, stderr) = ctl_node(&[
-        "add",
-        "--node-id",
-        "4",
-        "--addr",
-        &joiner_addr,
-        "--target",
-        &cluster.base(1),
-    ])
-    .await;
+    let (ok, stdout, stderr) = ctl_node_add(4, &joiner_addr, &cluster.base(1)).await;
     assert!(ok, "node add failed: {stderr}");
     eprint!("{stderr}{stdout}");
     assert!(stdout.contains("node 4 added in all 3 groups"), "{stdout}");
@@ -157,16 +139,7 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
         );
     }
     // Running it again changes nothing and succeeds.
-    let (ok, _, stderr) = ctl_node(&[
-        "add",
-        "--node-id",
-        "4",
-        "--addr",
-        &joiner_addr,
-        "--target",
-        &cluster.base(0),
-    ])
-    .await;
+    let (ok, _, stderr) = ctl_node_add(4, &joiner_addr, &cluster.base(0)).await;
     assert!(ok && stderr.contains("(already so)"), "{stderr}");
     targets.lock().unwrap().push(cluster.base(joiner));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -185,7 +158,7 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
     assert!(ok, "node remove failed: {stderr}");
     eprint!("{stderr}{stdout}");
     assert!(
-        stdout.contains("node 1 removed in all 3 groups"),
+        stdout.contains("node 1 removed in all 3 groups") && stdout.contains("node 1 retired"),
         "{stdout}"
     );
     cluster.kill(0);

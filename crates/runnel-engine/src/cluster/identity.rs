@@ -12,8 +12,17 @@
 //! and `runnel ctl node add` and `--join` refuse the node. A node that
 //! knows no id yet (a new cluster still forming, or a node that lost its
 //! disk) is let in; what it applies names it.
+//!
+//! A node removed for good (`runnel ctl node remove` retires its id in
+//! the control group) is refused in the hello too. Told so, it writes
+//! `DATA_DIR/removed` and stops being ready; a data directory holding
+//! that marker does not start again. Without this a removed node brought
+//! back on its old data directory would still count itself a voter of
+//! its old groups (the leader stops replicating to a node as soon as it
+//! leaves, so it never learns it left) and call elections in them.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
@@ -25,37 +34,59 @@ use crate::raft::group::RaftGroup;
 use crate::raft::runtime::RaftRng;
 use crate::{GroupEngine, MaintainedGroup};
 
-pub use runnel_core::cluster_id::validate;
+pub use runnel_core::cluster_meta::validate;
 
 /// The file in a data directory that holds the cluster id.
 pub const CLUSTER_ID_FILE: &str = "cluster-id";
+/// The file that marks the data directory of a node removed for good.
+pub const REMOVED_FILE: &str = "removed";
 
 /// How often a node looks whether the cluster has been named.
 const NAMING_POLL: Duration = Duration::from_millis(200);
 
-/// The cluster id as this node knows it.
+/// The cluster id as this node knows it, and this node's id in it.
 #[derive(Debug)]
 pub struct Identity {
+    node_id: u64,
     known: OnceLock<String>,
     data_dir: PathBuf,
+    /// Set once a peer said this node was removed for good.
+    removed: AtomicBool,
 }
 
 impl Identity {
     /// The id kept in `data_dir`, or `wanted` (`--cluster-id`) for a node
-    /// that keeps none yet, which it then keeps. Refused: a kept id other
-    /// than `wanted`, and an invalid one.
-    pub fn load(data_dir: &Path, wanted: Option<&str>) -> Result<Arc<Identity>, OpenError> {
+    /// that keeps none yet, which it then keeps; node `node_id` is this
+    /// one. Refused: a kept id other than `wanted`, an invalid one, and
+    /// the data directory of a node removed for good.
+    pub fn load(
+        data_dir: &Path,
+        node_id: u64,
+        wanted: Option<&str>,
+    ) -> Result<Arc<Identity>, OpenError> {
         let config = |reason| OpenError::Config { reason };
         let kept = read_kept(data_dir).map_err(config)?;
+        if data_dir.join(REMOVED_FILE).exists() {
+            return Err(config(format!(
+                "node {node_id} was removed from cluster {} for good ({} says so): this data \
+                 directory cannot serve again; to bring the machine back, start it with an \
+                 empty data directory and a new --node-id",
+                kept.as_deref().unwrap_or("?"),
+                data_dir.join(REMOVED_FILE).display()
+            )));
+        }
         if let Some(wanted) = wanted {
             validate(wanted).map_err(|e| config(format!("--cluster-id: {e}")))?;
         }
         let known = OnceLock::new();
         match (kept, wanted) {
-            (Some(kept), Some(wanted)) if kept != wanted => return Err(config(format!(
-                "the data directory {} belongs to cluster {kept:?}, not --cluster-id {wanted:?}",
-                data_dir.display()
-            ))),
+            (Some(kept), Some(wanted)) if kept != wanted => {
+                return Err(config(format!(
+                    "the data directory {} belongs to cluster {kept:?}, not --cluster-id \
+                     {wanted:?}",
+                    data_dir.display()
+                )))
+            }
             (Some(id), _) => known.set(id).expect("set once"),
             // Kept at once: the directory is this cluster's from now on.
             (None, Some(wanted)) => {
@@ -69,22 +100,55 @@ impl Identity {
             (None, None) => {}
         }
         Ok(Arc::new(Identity {
+            node_id,
             known,
             data_dir: data_dir.to_path_buf(),
+            removed: AtomicBool::new(false),
         }))
     }
 
-    /// An identity that knows `id` (or none) and keeps nothing (tests).
+    /// Node `node_id`'s identity, knowing `id` (or none), keeping its
+    /// files in `data_dir` (tests).
     #[cfg(test)]
-    pub(crate) fn of(id: Option<&str>) -> Arc<Identity> {
+    pub(crate) fn of(node_id: u64, id: Option<&str>, data_dir: &Path) -> Arc<Identity> {
         let known = OnceLock::new();
         if let Some(id) = id {
             known.set(id.to_string()).expect("set once");
         }
         Arc::new(Identity {
+            node_id,
             known,
-            data_dir: PathBuf::new(),
+            data_dir: data_dir.to_path_buf(),
+            removed: AtomicBool::new(false),
         })
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    /// Whether a peer told this node it was removed for good.
+    pub fn removed(&self) -> bool {
+        self.removed.load(Ordering::Relaxed)
+    }
+
+    /// A peer refused this node as removed for good: marks the data
+    /// directory so that it does not start again (see the module docs).
+    pub fn mark_removed(&self, by: &str) {
+        if self.removed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::error!(
+            node_id = self.node_id,
+            peer = by,
+            "this node was removed from the cluster for good; it will not start again on \
+             this data directory"
+        );
+        let note = format!("removed; refused by {by}\n");
+        if let Err(e) = write_file_durably(&self.data_dir, REMOVED_FILE, &note) {
+            tracing::error!(error = %e, "marking the data directory as removed failed");
+        }
     }
 
     /// The cluster id, once this node knows it.
@@ -180,9 +244,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_removed_node_marks_its_data_directory_and_does_not_start_again() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let identity = Identity::load(dir.path(), 3, Some("prod")).expect("loads");
+        assert!(!identity.removed());
+        identity.mark_removed("127.0.0.1:5002");
+        assert!(identity.removed());
+        let refused = Identity::load(dir.path(), 3, None).expect_err("removed");
+        assert!(
+            refused
+                .to_string()
+                .contains("node 3 was removed from cluster prod for good"),
+            "{refused}"
+        );
+    }
+
+    #[test]
     fn a_kept_id_wins_and_must_match_the_flag() {
         let dir = tempfile::tempdir().expect("tempdir");
-        let fresh = Identity::load(dir.path(), None).expect("loads");
+        let fresh = Identity::load(dir.path(), 1, None).expect("loads");
         assert_eq!(fresh.get(), None);
         assert_eq!(fresh.admits(Some("a")), Ok(()));
         fresh.adopt("prod").expect("adopts");
@@ -192,26 +272,26 @@ mod tests {
         assert_eq!(fresh.admits(Some("prod")), Ok(()));
         assert_eq!(fresh.admits(None), Ok(()));
 
-        let reopened = Identity::load(dir.path(), Some("prod")).expect("same id");
+        let reopened = Identity::load(dir.path(), 1, Some("prod")).expect("same id");
         assert_eq!(reopened.get(), Some("prod"));
-        let refused = Identity::load(dir.path(), Some("staging")).expect_err("another id");
+        let refused = Identity::load(dir.path(), 1, Some("staging")).expect_err("another id");
         assert!(
             refused.to_string().contains("belongs to cluster"),
             "{refused}"
         );
-        assert!(Identity::load(dir.path(), Some("bad id")).is_err());
+        assert!(Identity::load(dir.path(), 1, Some("bad id")).is_err());
     }
 
     #[test]
     fn a_flag_is_kept_and_an_applied_id_other_than_it_refused() {
         let dir = tempfile::tempdir().expect("tempdir");
         let data_dir = dir.path().join("new");
-        let flagged = Identity::load(&data_dir, Some("wanted")).expect("loads");
+        let flagged = Identity::load(&data_dir, 1, Some("wanted")).expect("loads");
         assert_eq!(read_kept(&data_dir), Ok(Some("wanted".into())));
         assert!(flagged.adopt("applied").is_err());
         assert_eq!(flagged.get(), Some("wanted"));
         assert_eq!(read_kept(&data_dir), Ok(Some("wanted".into())));
-        let reopened = Identity::load(&data_dir, None).expect("loads");
+        let reopened = Identity::load(&data_dir, 1, None).expect("loads");
         assert_eq!(reopened.get(), Some("wanted"));
     }
 }

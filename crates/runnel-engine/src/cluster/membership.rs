@@ -5,6 +5,10 @@
 //! each step is idempotent, so a command cut short is finished by running
 //! it again.
 //!
+//! Once a node is removed from every group, `runnel ctl node remove`
+//! retires its id through the control group: it is never a member again,
+//! and its peers refuse it (see [`super::identity`]).
+//!
 //! A node that joined after the others started is named by no `--peers`:
 //! the nodes find its Raft address in the groups' membership
 //! ([`link_members`]), and route requests to it from there. A node that
@@ -20,14 +24,19 @@ use openraft::{BasicNode, ChangeMembers};
 use serde::Serialize;
 
 use super::ClusterNode;
+use crate::control::CONTROL_GROUP;
 use crate::raft::group::RaftGroup;
 use crate::raft::transport::{raft_addr, Transport};
 use crate::raft::NodeId;
-use crate::{EngineError, MaintainedGroup};
+use crate::{EngineError, GroupEngine, MaintainedGroup};
+use runnel_core::{Applied, Command};
 
 /// How long a new member may take to catch up before the command gives
 /// up (it can be run again and goes on from where it stopped).
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
+/// How long a retirement waits for this node to see the node gone from
+/// every group.
+const RETIRE_WAIT: Duration = Duration::from_secs(5);
 
 /// A change to one group's membership.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,6 +46,9 @@ pub enum MemberChange {
     Add { node: NodeId, http_addr: String },
     /// `node` leaves the group.
     Remove { node: NodeId },
+    /// `node`, a member of no group any more, is removed from the cluster
+    /// for good (a change to the control group only).
+    Retire { node: NodeId },
 }
 
 /// A group's membership after a change.
@@ -63,6 +75,14 @@ impl ClusterNode {
         if g.leader() != Some(self.node_id) {
             return Err(EngineError::NotLeader(g.leader()));
         }
+        if let MemberChange::Add { node, .. } = &change {
+            if self.is_retired(*node) {
+                return Err(EngineError::Membership(format!(
+                    "node {node} was removed from this cluster for good; give the new node \
+                     another id"
+                )));
+            }
+        }
         let changed = match change {
             MemberChange::Add { node, http_addr } => add(g, node, &http_addr).await?,
             MemberChange::Remove { node } => {
@@ -74,6 +94,7 @@ impl ClusterNode {
                     .collect();
                 remove(g, node, &reachable).await?
             }
+            MemberChange::Retire { node } => self.retire(group, node).await?,
         };
         let (voters, learners) = members(g);
         Ok(MemberReport {
@@ -82,6 +103,66 @@ impl ClusterNode {
             learners: learners.into_iter().collect(),
             changed,
         })
+    }
+}
+
+impl ClusterNode {
+    fn is_retired(&self, node: NodeId) -> bool {
+        self.groups[CONTROL_GROUP]
+            .view()
+            .with_state(|s| s.is_retired(node))
+    }
+
+    /// Retires `node` once no group has it as a member; answers whether
+    /// it was not retired before.
+    async fn retire(&self, group: u32, node: NodeId) -> Result<bool, EngineError> {
+        if group as usize != CONTROL_GROUP {
+            return Err(EngineError::Membership(format!(
+                "a node is retired through group {CONTROL_GROUP}, not group {group}"
+            )));
+        }
+        if node == self.node_id {
+            let (voters, learners) = members(&self.groups[CONTROL_GROUP]);
+            if voters.contains(&node) || learners.contains(&node) {
+                return Err(EngineError::Membership(format!(
+                    "node {node} is still a member of group {CONTROL_GROUP}: remove it from \
+                     every group first (runnel ctl node remove)"
+                )));
+            }
+            // Removed, it leads on only until its removal commits (and it
+            // never learns the other groups' last changes): the caller
+            // retries at the group's next leader.
+            return Err(EngineError::NotLeader(None));
+        }
+        // This node may learn the other groups' last changes a moment
+        // after their leaders acknowledged them.
+        let deadline = tokio::time::Instant::now() + RETIRE_WAIT;
+        loop {
+            let holding: Vec<u32> = self
+                .groups
+                .iter()
+                .filter(|g| {
+                    let (voters, learners) = members(g);
+                    voters.contains(&node) || learners.contains(&node)
+                })
+                .map(|g| g.index())
+                .collect();
+            if holding.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(EngineError::Membership(format!(
+                    "node {node} is still a member of groups {holding:?}: remove it from every \
+                     group first (runnel ctl node remove)"
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let control = &self.groups[CONTROL_GROUP];
+        match control.propose(Command::RetireNode { node }).await? {
+            Applied::NodeRetired { newly } => Ok(newly),
+            other => unreachable!("a retirement applied as {other:?}"),
+        }
     }
 }
 

@@ -142,7 +142,11 @@ impl ClusterNode {
             .ok_or_else(|| OpenError::Config {
                 reason: format!("--peers does not list this node ({})", config.node_id),
             })?;
-        let identity = Identity::load(&config.engine.data_dir, config.cluster_id.as_deref())?;
+        let identity = Identity::load(
+            &config.engine.data_dir,
+            config.node_id,
+            config.cluster_id.as_deref(),
+        )?;
         let transport = TcpTransport {
             links: Arc::new(Links::new(peers, config.tls.clone(), Arc::clone(&identity))),
             listen: raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?,
@@ -320,6 +324,10 @@ impl ClusterNode {
             rafts: groups.iter().map(|g| g.raft().clone()).collect(),
             votes: VoteGuard::new(groups.len()),
             identity: Arc::clone(&identity),
+            retired: {
+                let control = Arc::clone(&groups[control::CONTROL_GROUP]);
+                Box::new(move |node| control.view().with_state(|s| s.is_retired(node)))
+            },
         });
         let mut tasks = transport.serve(Arc::clone(&served)).await?;
 
@@ -670,6 +678,9 @@ impl NodeEngine for ClusterNode {
     fn unready(&self) -> Option<String> {
         if let Some(reason) = self.write_failure() {
             return Some(format!("storage failed: {reason}"));
+        }
+        if self.served.identity.removed() {
+            return Some("this node was removed from the cluster for good".into());
         }
         for group in &self.groups {
             let index = group.index();

@@ -71,6 +71,9 @@ impl ClusterNode {
             "mode": "cluster",
             "node_id": self.node_id,
             "cluster_id": self.cluster_id(),
+            "retired_nodes": self.groups[crate::control::CONTROL_GROUP]
+                .view()
+                .with_state(|s| s.retired_nodes().collect::<Vec<_>>()),
             "nodes": self.known_nodes(),
             "log_position": self.log.durable_position(),
             "write_failure": self.write_failure(),

@@ -25,6 +25,7 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
         NodeCommand::Remove { node_id, common } => {
             let done = every_group(&common, &format!("remove={node_id}"), print)?;
             println!("node {node_id} removed in all {done} groups");
+            retire(&common, node_id)?;
         }
         NodeCommand::Replace {
             node_id,
@@ -36,6 +37,7 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
             every_group(&common, &format!("add={new_node_id}&addr={addr}"), print)?;
             let done = every_group(&common, &format!("remove={node_id}"), print)?;
             println!("node {node_id} replaced by node {new_node_id} in all {done} groups");
+            retire(&common, node_id)?;
         }
     }
     Ok(())
@@ -92,6 +94,19 @@ fn check_newcomer(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(), Strin
             count(&cluster)
         ));
     }
+    Ok(())
+}
+
+/// Removes `node_id`, a member of no group any more, from the cluster for
+/// good: it is refused if it comes back on its old data directory, and
+/// its id is never given to a new node.
+fn retire(args: &NodeArgs, node_id: u64) -> Result<(), String> {
+    let path = format!("/_runnel/cluster/groups/0/members?retire={node_id}");
+    change_group(args, &path, 0)?;
+    println!(
+        "node {node_id} retired: it cannot serve this cluster again (bring the machine back \
+         with an empty data directory and a new --node-id)"
+    );
     Ok(())
 }
 

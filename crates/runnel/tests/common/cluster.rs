@@ -102,7 +102,27 @@ impl Cluster {
         }
     }
 
+    /// `runnel serve` as node `i` starts, with `extra` flags after its
+    /// own: run to its exit, for starts that must be refused.
+    pub fn serve_until_exit(&self, i: usize, extra: &[&str]) -> std::process::Output {
+        self.command(i)
+            .args(extra)
+            .output()
+            .expect("runnel binary runs")
+    }
+
     fn spawn(&mut self, i: usize) {
+        let child = self
+            .command(i)
+            .stdout(Stdio::null())
+            .stderr(node_log(&self.dir, i))
+            .spawn()
+            .expect("runnel binary starts");
+        self.children[i] = Some(child);
+    }
+
+    /// The command that starts node `i`.
+    fn command(&self, i: usize) -> Command {
         let membership = match &self.join[i] {
             Some(url) => vec![
                 "--join".to_string(),
@@ -115,7 +135,8 @@ impl Cluster {
                 self.own_peers[i].clone().unwrap_or(self.peers.clone()),
             ],
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_runnel"))
+        let mut command = Command::new(env!("CARGO_BIN_EXE_runnel"));
+        command
             .arg("serve")
             .arg("--node-id")
             .arg((i + 1).to_string())
@@ -127,12 +148,8 @@ impl Cluster {
                 "RUNNEL_LOG",
                 std::env::var("CLUSTER_TEST_LOG").unwrap_or("error,openraft=off".into()),
             )
-            .envs(self.env[i].iter().map(|(k, v)| (k, v)))
-            .stdout(Stdio::null())
-            .stderr(node_log(&self.dir, i))
-            .spawn()
-            .expect("runnel binary starts");
-        self.children[i] = Some(child);
+            .envs(self.env[i].iter().map(|(k, v)| (k, v)));
+        command
     }
 
     /// Starts one more node (its index is returned) whose `--peers` name

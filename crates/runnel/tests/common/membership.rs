@@ -22,6 +22,22 @@ pub async fn ctl_node(args: &[&str]) -> (bool, String, String) {
     .unwrap()
 }
 
+/// Runs `runnel ctl node add --node-id NODE_ID --addr ADDR --target
+/// TARGET`; answers (success, stdout, stderr).
+pub async fn ctl_node_add(node_id: u64, addr: &str, target: &str) -> (bool, String, String) {
+    let node_id = node_id.to_string();
+    let args = [
+        "add",
+        "--node-id",
+        &node_id,
+        "--addr",
+        addr,
+        "--target",
+        target,
+    ];
+    ctl_node(&args).await
+}
+
 /// Runs `runnel serve --node-id ID --join URL EXTRA...` with a fresh
 /// port and `data_dir`, expecting it to exit (it is killed after 20 s);
 /// answers (whether it exited successfully, stderr).

@@ -141,7 +141,7 @@ impl Sim {
             me: i as u64 + 1,
         };
         let config = self.config(i);
-        let identity = Identity::load(&config.engine.data_dir, None)
+        let identity = Identity::load(&config.engine.data_dir, config.node_id, None)
             .unwrap_or_else(|e| panic!("node {}'s cluster id: {e}", i + 1));
         let node = ClusterNode::open_with(&config, transport, identity)
             .await

@@ -10,8 +10,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::{
-    hello, leader_read_index, read_frame, response_frame, write_frames, PeerGroup, Served,
-    CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_PROBE, KIND_READ_INDEX,
+    hello, leader_read_index, read_frame, response_frame, status_frame, write_frames, PeerGroup,
+    Served, CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_PROBE, KIND_READ_INDEX,
     KIND_SNAPSHOT, KIND_VOTE,
 };
 use crate::raft::vote_guard::REFUSAL;
@@ -65,11 +65,13 @@ pub(super) async fn serve_connection(
     let Ok(first) = read_frame(&mut reader).await else {
         return;
     };
-    let greeting = hello::answer(&served.identity, &first);
-    let refused = greeting.as_ref().err().cloned();
-    let _ = responses.send(response_frame(0, greeting));
-    if let Some(reason) = refused {
+    let (status, body) = hello::answer(&served.identity, &*served.retired, &first);
+    if status != 1 {
+        let reason = String::from_utf8_lossy(&body).into_owned();
         tracing::warn!(%reason, "raft connection refused");
+    }
+    let _ = responses.send(status_frame(0, status, &body));
+    if status != 1 {
         return;
     }
     while let Ok(frame) = read_frame(&mut reader).await {
@@ -97,9 +99,9 @@ pub enum PeerRequest {
     ReadIndex,
     /// A leader hands its group over (the role it asks for).
     Handoff(u8),
-    /// The cluster id the peer knows (only the first request of a
-    /// connection: see [`hello`]).
-    Hello(Option<String>),
+    /// Who the peer is and the cluster id it knows (only the first
+    /// request of a connection: see [`hello`]).
+    Hello(super::Hello),
 }
 
 /// Decodes the body of a request frame of `kind`: all of it comes from

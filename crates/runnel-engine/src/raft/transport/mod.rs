@@ -45,6 +45,7 @@ mod hello;
 mod listener;
 use crate::metrics::histogram::Histogram;
 use crate::metrics::PeerMetrics;
+pub use hello::Hello;
 pub(crate) use listener::serve;
 pub use listener::{decode_request, PeerRequest};
 
@@ -104,6 +105,9 @@ pub(crate) struct Served {
     pub votes: VoteGuard,
     /// The cluster this node belongs to, checked in every hello.
     pub identity: Arc<Identity>,
+    /// Whether a node was removed from the cluster for good (refused in
+    /// its hello).
+    pub retired: Box<dyn Fn(NodeId) -> bool + Send + Sync>,
 }
 
 /// A peer's copy of a group, as a starting node asks about it.
@@ -317,7 +321,7 @@ impl PeerLink {
                 (Box::new(reader), Box::new(writer))
             }
         };
-        hello::greet(&mut reader, &mut writer, &self.identity)
+        hello::greet(&mut reader, &mut writer, &self.identity, &self.addr)
             .await
             .map_err(|reason| format!("{}: {reason}", self.addr))?;
         let (frames, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -398,15 +402,19 @@ fn request_frame(id: u64, kind: u8, group: u32, body: &[u8]) -> Vec<u8> {
 /// A response frame to request `id`, its length prefix included: the
 /// answer's body, or the reason it failed.
 fn response_frame(id: u64, answer: Result<Vec<u8>, String>) -> Vec<u8> {
-    let (ok, body) = match answer {
-        Ok(body) => (1u8, body),
-        Err(reason) => (0u8, reason.into_bytes()),
-    };
+    match answer {
+        Ok(body) => status_frame(id, 1, &body),
+        Err(reason) => status_frame(id, 0, reason.as_bytes()),
+    }
+}
+
+/// A response frame with the status byte given (1 for ok).
+fn status_frame(id: u64, status: u8, body: &[u8]) -> Vec<u8> {
     let mut frame = Vec::with_capacity(13 + body.len());
     frame.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
     frame.extend_from_slice(&id.to_le_bytes());
-    frame.push(ok);
-    frame.extend_from_slice(&body);
+    frame.push(status);
+    frame.extend_from_slice(body);
     frame
 }
 

@@ -1,11 +1,15 @@
-//! The cluster's id: a name the control group's log gives the cluster
-//! once, so that nodes of different clusters can tell each other apart
-//! (a node refuses Raft peers and joins of another cluster).
+//! What the control group's log records of the cluster itself: its id,
+//! so that nodes of different clusters can tell each other apart (a node
+//! refuses Raft peers and joins of another cluster), and the nodes
+//! removed from it for good, so that a removed node brought back on its
+//! old data directory is refused instead of disturbing its old groups.
 //!
 //! The first [`Command::SetClusterId`](crate::Command::SetClusterId)
 //! applied names the cluster for good; later ones change nothing and
-//! learn the id that stands. It is part of the state, so checkpoints and
-//! snapshots carry it to replicas that join later.
+//! learn the id that stands. [`Command::RetireNode`](crate::Command::RetireNode)
+//! adds a node id to the retired ones, which are never members again.
+//! Both are part of the state, so checkpoints and snapshots carry them to
+//! replicas that join later.
 
 use crate::error::CoreError;
 use crate::state::{Applied, StreamsState};
@@ -39,6 +43,22 @@ impl StreamsState {
         self.cluster_id.as_deref()
     }
 
+    /// Whether node `node` was removed from the cluster for good.
+    pub fn is_retired(&self, node: u64) -> bool {
+        self.retired_nodes.contains(&node)
+    }
+
+    /// The nodes removed from the cluster for good, in id order.
+    pub fn retired_nodes(&self) -> impl Iterator<Item = u64> + '_ {
+        self.retired_nodes.iter().copied()
+    }
+
+    pub(crate) fn retire_node(&mut self, node: u64) -> Applied {
+        Applied::NodeRetired {
+            newly: self.retired_nodes.insert(node),
+        }
+    }
+
     pub(crate) fn set_cluster_id(&mut self, id: &str) -> Result<Applied, CoreError> {
         validate(id).map_err(|reason| CoreError::InvalidClusterId { reason })?;
         let set = self.cluster_id.is_none();
@@ -55,12 +75,35 @@ mod tests {
     use super::*;
     use crate::{Command, Entry};
 
-    fn name(state: &mut StreamsState, id: &str) -> Result<Applied, CoreError> {
-        let entry = Entry {
-            now_ms: 1,
-            command: Command::SetClusterId { id: id.into() },
-        };
+    /// Applies `command` after a round trip through the log's encoding.
+    fn run(state: &mut StreamsState, command: Command) -> Result<Applied, CoreError> {
+        let entry = Entry { now_ms: 1, command };
         state.apply(&Entry::decode(&entry.encode()).expect("decodes"), 0, 0)
+    }
+
+    fn name(state: &mut StreamsState, id: &str) -> Result<Applied, CoreError> {
+        run(state, Command::SetClusterId { id: id.into() })
+    }
+
+    #[test]
+    fn retired_nodes_stay_retired() {
+        let mut state = StreamsState::new();
+        assert!(!state.is_retired(3));
+        let retire = |state: &mut StreamsState, node| run(state, Command::RetireNode { node });
+        assert_eq!(
+            retire(&mut state, 3),
+            Ok(Applied::NodeRetired { newly: true })
+        );
+        assert_eq!(
+            retire(&mut state, 3),
+            Ok(Applied::NodeRetired { newly: false })
+        );
+        assert_eq!(
+            retire(&mut state, 1),
+            Ok(Applied::NodeRetired { newly: true })
+        );
+        assert!(state.is_retired(3) && state.is_retired(1) && !state.is_retired(2));
+        assert_eq!(state.retired_nodes().collect::<Vec<_>>(), vec![1, 3]);
     }
 
     #[test]
@@ -102,14 +145,18 @@ mod tests {
     }
 
     #[test]
-    fn checkpoints_carry_the_id_and_the_digest_sees_it() {
+    fn checkpoints_carry_the_id_and_retired_nodes_and_the_digest_sees_them() {
         let mut state = StreamsState::new();
         let unnamed = state.digest();
         name(&mut state, "prod-eu").expect("named");
         assert_ne!(state.digest(), unnamed);
+        let named = state.digest();
+        run(&mut state, Command::RetireNode { node: 7 }).expect("retired");
+        assert_ne!(state.digest(), named);
         let bytes = state.capture_checkpoint().encode();
         let restored = StreamsState::decode_checkpoint(&bytes).expect("decodes");
         assert_eq!(restored.cluster_id(), Some("prod-eu"));
+        assert!(restored.is_retired(7));
         assert_eq!(restored.digest(), state.digest());
         let unnamed = StreamsState::new().capture_checkpoint().encode();
         let restored = StreamsState::decode_checkpoint(&unnamed).expect("decodes");
