@@ -1,5 +1,5 @@
 //! Which cluster this node belongs to: the cluster id
-//! ([`runnel_core::cluster_id`]) as this node knows it, kept in its data
+//! ([`runnel_core::cluster_meta`]) as this node knows it, kept in its data
 //! directory, and checked whenever a Raft peer connects.
 //!
 //! A new cluster is named once, by its control group: the group's leader

@@ -1,14 +1,22 @@
-//! The first exchange on every Raft connection: the dialing node names
-//! the cluster it belongs to, and the answering node its own, so that
-//! nodes of different clusters refuse each other before any group's
-//! traffic flows (see [`crate::cluster::identity`]).
+//! The first exchange on every Raft connection: each side names itself
+//! and the cluster it belongs to, so that nodes of different clusters
+//! refuse each other before any group's traffic flows (see
+//! [`crate::cluster::identity`]), and a node that reaches another node
+//! than the one it dialed (an address reused by a replacement) hangs up.
 //!
 //! The hello is an ordinary request frame of kind [`KIND_HELLO`] (request
-//! id 0, group 0) whose body is the dialing node's id (`u64`, little
-//! endian) and the cluster id in UTF-8, empty for a node that knows none
-//! yet. The answer carries the answering node's cluster id the same way,
-//! or the reason it refuses; [`RETIRED`] in place of the `ok` byte tells
-//! a node that it was removed from the cluster for good.
+//! id 0, group 0). Its body, and the body of a successful answer, is a
+//! [`Hello`]:
+//!
+//! ```text
+//! [version: u8 = 1][node id: u64][cluster id length: u8][cluster id: UTF-8]
+//! ```
+//!
+//! with an empty cluster id for a node that knows none yet. A later
+//! version keeps these fields in place and adds its own after them, which
+//! this version ignores, so nodes of a later build can still greet this
+//! one. A refusal carries the reason; [`RETIRED`] in place of the `ok`
+//! byte tells a node that it was removed from the cluster for good.
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
@@ -20,48 +28,76 @@ use crate::raft::NodeId;
 /// refusal for another reason).
 pub(super) const RETIRED: u8 = 2;
 
-/// A hello: who sends it, and the cluster it knows, if any.
+/// The version of the [`Hello`] this build sends.
+const HELLO_VERSION: u8 = 1;
+
+/// A hello, or the answer to one: who sends it, and the cluster it
+/// knows, if any.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
     pub node: NodeId,
     pub cluster_id: Option<String>,
 }
 
-/// Decodes a hello's body.
+impl Hello {
+    fn of(identity: &Identity) -> Hello {
+        Hello {
+            node: identity.node_id(),
+            cluster_id: identity.get().map(str::to_string),
+        }
+    }
+
+    fn encode(&self) -> Vec<u8> {
+        let id = self.cluster_id.as_deref().unwrap_or_default().as_bytes();
+        let mut out = vec![HELLO_VERSION];
+        out.extend_from_slice(&self.node.to_le_bytes());
+        // Cluster ids are at most 64 bytes (`cluster_meta::validate`).
+        out.push(id.len() as u8);
+        out.extend_from_slice(id);
+        out
+    }
+}
+
+/// Decodes a hello, or the answer to one.
 pub(super) fn decode(body: &[u8]) -> Result<Hello, String> {
-    let (node, id) = body
+    let (&version, rest) = body.split_first().ok_or("an empty hello")?;
+    if version == 0 {
+        return Err("a hello of version 0".into());
+    }
+    let (node, rest) = rest
         .split_first_chunk::<8>()
         .ok_or("a hello without the sender's node id")?;
+    let (&len, rest) = rest.split_first().ok_or("a hello without a cluster id")?;
+    let (id, later_fields) = rest
+        .split_at_checked(len as usize)
+        .ok_or("a hello's cluster id is cut short")?;
+    if version == HELLO_VERSION && !later_fields.is_empty() {
+        return Err("a hello with bytes after its fields".into());
+    }
+    let cluster_id = if id.is_empty() {
+        None
+    } else {
+        let id = std::str::from_utf8(id).map_err(|_| "a hello's cluster id is not UTF-8")?;
+        runnel_core::cluster_meta::validate(id)
+            .map_err(|e| format!("a hello's cluster id: {e}"))?;
+        Some(id.to_string())
+    };
     Ok(Hello {
         node: u64::from_le_bytes(*node),
-        cluster_id: decode_cluster_id(id)?,
+        cluster_id,
     })
 }
 
-/// Decodes a cluster id as a hello or its answer carries it.
-fn decode_cluster_id(bytes: &[u8]) -> Result<Option<String>, String> {
-    if bytes.is_empty() {
-        return Ok(None);
-    }
-    let id = std::str::from_utf8(bytes).map_err(|_| "a hello's cluster id is not UTF-8")?;
-    runnel_core::cluster_meta::validate(id).map_err(|e| format!("a hello's cluster id: {e}"))?;
-    Ok(Some(id.to_string()))
-}
-
-fn cluster_id(identity: &Identity) -> Vec<u8> {
-    identity.get().unwrap_or_default().as_bytes().to_vec()
-}
-
-/// The dialing side: sends this node's hello to the peer at `addr` and
+/// The dialing side: sends this node's hello to node `peer` at `addr` and
 /// checks the answer.
 pub(super) async fn greet(
     reader: &mut (impl AsyncRead + Unpin),
     writer: &mut (impl AsyncWrite + Unpin),
     identity: &Identity,
+    peer: NodeId,
     addr: &str,
 ) -> Result<(), String> {
-    let mut body = identity.node_id().to_le_bytes().to_vec();
-    body.extend(cluster_id(identity));
+    let body = Hello::of(identity).encode();
     let exchange = async {
         writer
             .write_all(&request_frame(0, KIND_HELLO, 0, &body))
@@ -74,7 +110,16 @@ pub(super) async fn greet(
         .map_err(|_| "no answer to the hello".to_string())?
         .map_err(|e| format!("hello: {e}"))?;
     match frame.get(8) {
-        Some(1) => identity.admits(decode_cluster_id(&frame[9..])?.as_deref()),
+        Some(1) => {
+            let answer = decode(&frame[9..])?;
+            if answer.node != peer {
+                return Err(format!(
+                    "{addr} is node {}, not node {peer} (was the address given to another node?)",
+                    answer.node
+                ));
+            }
+            identity.admits(answer.cluster_id.as_deref())
+        }
         Some(&RETIRED) => {
             identity.mark_removed(addr);
             Err(format!("refused: {}", String::from_utf8_lossy(&frame[9..])))
@@ -112,7 +157,7 @@ pub(super) fn answer(
         );
         return (RETIRED, reason.into_bytes());
     }
-    (1, cluster_id(identity))
+    (1, Hello::of(identity).encode())
 }
 
 #[cfg(test)]
@@ -133,8 +178,8 @@ mod tests {
         })
     }
 
-    /// Greets a listener of cluster `theirs` as node `node` of `mine`,
-    /// which keeps its files in `dir`.
+    /// Greets node 1, a listener of cluster `theirs`, as node `node` of
+    /// `mine`, which keeps its files in `dir`.
     async fn greet_as(
         node: NodeId,
         mine: Option<&str>,
@@ -145,7 +190,7 @@ mod tests {
         tokio::spawn(serve_connection(far, listener(theirs)));
         let (mut reader, mut writer) = tokio::io::split(near);
         let identity = Identity::of(node, mine, dir);
-        let greeted = greet(&mut reader, &mut writer, &identity, "peer:1").await;
+        let greeted = greet(&mut reader, &mut writer, &identity, 1, "peer:1").await;
         (greeted, identity)
     }
 
@@ -194,6 +239,19 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_node_that_is_not_the_one_dialed_is_refused() {
+        let (near, far) = tokio::io::duplex(1 << 16);
+        tokio::spawn(serve_connection(far, listener(Some("prod"))));
+        let (mut reader, mut writer) = tokio::io::split(near);
+        let dir = tempfile::tempdir().unwrap();
+        let identity = Identity::of(2, Some("prod"), dir.path());
+        let err = greet(&mut reader, &mut writer, &identity, 3, "peer:1")
+            .await
+            .unwrap_err();
+        assert!(err.contains("peer:1 is node 1, not node 3"), "{err}");
+    }
+
+    #[tokio::test]
     async fn a_connection_that_does_not_open_with_a_hello_is_closed() {
         let (near, far) = tokio::io::duplex(1 << 16);
         let serving = tokio::spawn(serve_connection(far, listener(Some("prod"))));
@@ -208,24 +266,35 @@ mod tests {
     }
 
     #[test]
-    fn hello_bodies_decode_or_are_refused() {
-        let hello = |node: u64, id: &[u8]| [&node.to_le_bytes()[..], id].concat();
-        assert_eq!(
-            decode(&hello(3, b"")),
-            Ok(Hello {
+    fn hellos_round_trip_and_bad_ones_are_refused() {
+        for cluster_id in [None, Some("prod-1".to_string())] {
+            let hello = Hello {
                 node: 3,
-                cluster_id: None
-            })
-        );
+                cluster_id,
+            };
+            assert_eq!(decode(&hello.encode()), Ok(hello));
+        }
+        let raw = |version: u8, id: &[u8], after: &[u8]| {
+            let mut body = vec![version];
+            body.extend_from_slice(&3u64.to_le_bytes());
+            body.push(id.len() as u8);
+            body.extend_from_slice(id);
+            body.extend_from_slice(after);
+            body
+        };
         assert_eq!(
-            decode(&hello(3, b"prod-1")),
-            Ok(Hello {
-                node: 3,
-                cluster_id: Some("prod-1".into())
-            })
+            decode(&raw(2, b"prod", b"later fields")).map(|h| h.cluster_id),
+            Ok(Some("prod".into())),
+            "a later version's extra fields are skipped"
         );
-        assert!(decode(&hello(3, b"a b")).is_err());
-        assert!(decode(&hello(3, &[0xff])).is_err());
+        assert!(decode(&raw(1, b"prod", b"x")).is_err(), "trailing bytes");
+        assert!(decode(&raw(0, b"prod", b"")).is_err(), "version 0");
+        assert!(decode(&raw(1, b"a b", b"")).is_err());
+        assert!(decode(&raw(1, &[0xff], b"")).is_err());
+        let mut cut = raw(1, b"prod", b"");
+        cut.pop();
+        assert!(decode(&cut).is_err(), "cut short");
+        assert!(decode(&[]).is_err());
         assert!(decode(&[1, 2, 3]).is_err(), "no node id");
     }
 }

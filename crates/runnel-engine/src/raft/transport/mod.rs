@@ -321,9 +321,15 @@ impl PeerLink {
                 (Box::new(reader), Box::new(writer))
             }
         };
-        hello::greet(&mut reader, &mut writer, &self.identity, &self.addr)
-            .await
-            .map_err(|reason| format!("{}: {reason}", self.addr))?;
+        hello::greet(
+            &mut reader,
+            &mut writer,
+            &self.identity,
+            self.peer,
+            &self.addr,
+        )
+        .await
+        .map_err(|reason| format!("{}: {reason}", self.addr))?;
         let (frames, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
         let pending: Arc<Pending> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
