@@ -359,6 +359,12 @@ impl Log {
         })
     }
 
+    /// The position the next record will start at: every record appended
+    /// so far, durable or not, lies before it.
+    pub fn end_position(&self) -> u64 {
+        self.shared.pending.lock().expect("log mutex").next_pos
+    }
+
     /// Everything before this position is durable (per the sync mode).
     pub fn durable_position(&self) -> u64 {
         self.shared.durable.load(Ordering::Acquire)

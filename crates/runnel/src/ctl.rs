@@ -96,6 +96,26 @@ pub enum NodeCommand {
         #[command(flatten)]
         common: NodeArgs,
     },
+    /// Move one group's replica from a node to another: the receiving
+    /// node becomes a learner of the group, is caught up and promoted,
+    /// then the giving node leaves the group and drops its copy. Group 0
+    /// (the cluster's metadata and subscriptions) stays on every node.
+    Move {
+        /// The group whose replica moves.
+        #[arg(long)]
+        group: u32,
+        /// The node that gives its replica up.
+        #[arg(long)]
+        node_id: u64,
+        /// The node that receives it, already running.
+        #[arg(long)]
+        to: u64,
+        /// The receiving node's HTTP address, HOST:PORT.
+        #[arg(long)]
+        addr: String,
+        #[command(flatten)]
+        common: NodeArgs,
+    },
 }
 
 #[derive(clap::Args)]

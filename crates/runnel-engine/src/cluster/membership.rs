@@ -23,6 +23,7 @@ use openraft::error::ClientWriteError;
 use openraft::{BasicNode, ChangeMembers};
 use serde::Serialize;
 
+use super::hosting::Hosting;
 use super::ClusterNode;
 use crate::control::CONTROL_GROUP;
 use crate::raft::group::RaftGroup;
@@ -138,23 +139,36 @@ impl ClusterNode {
         // after their leaders acknowledged them.
         let deadline = tokio::time::Instant::now() + RETIRE_WAIT;
         loop {
-            let holding: Vec<u32> = self
-                .groups
-                .iter()
-                .filter(|g| {
-                    let (voters, learners) = members(g);
-                    voters.contains(&node) || learners.contains(&node)
-                })
-                .map(|g| g.index())
-                .collect();
-            if holding.is_empty() {
+            let (mut holding, mut unknown) = (Vec::new(), Vec::new());
+            for group in &self.groups {
+                let members = match self.holds(group) {
+                    true => {
+                        let (voters, learners) = members(group);
+                        Some(voters.into_iter().chain(learners).collect())
+                    }
+                    false => self.members_elsewhere(group.index()).await,
+                };
+                match members {
+                    Some(members) if members.contains(&node) => holding.push(group.index()),
+                    Some(_) => {}
+                    None => unknown.push(group.index()),
+                }
+            }
+            if holding.is_empty() && unknown.is_empty() {
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(EngineError::Membership(format!(
-                    "node {node} is still a member of groups {holding:?}: remove it from every \
-                     group first (runnel ctl node remove)"
-                )));
+                return Err(EngineError::Membership(if holding.is_empty() {
+                    format!(
+                        "the leaders of groups {unknown:?} did not say whether node {node} is \
+                         still a member; retry"
+                    )
+                } else {
+                    format!(
+                        "node {node} is still a member of groups {holding:?}: remove it from \
+                         every group first (runnel ctl node remove)"
+                    )
+                }));
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -163,6 +177,17 @@ impl ClusterNode {
             Applied::NodeRetired { newly } => Ok(newly),
             other => unreachable!("a retirement applied as {other:?}"),
         }
+    }
+}
+
+impl ClusterNode {
+    /// The members of `group`, which this node holds no copy of, as its
+    /// leader answers (`None`: no leader known, or it did not answer).
+    async fn members_elsewhere(&self, group: u32) -> Option<BTreeSet<NodeId>> {
+        let (leader, _) = self.hosting.hint(group)?;
+        let view = self.peers_asked.leader_view(leader, group).await.ok()?;
+        view.members
+            .map(|(members, _)| members.into_iter().collect())
     }
 }
 
@@ -265,20 +290,25 @@ fn raft_refusal(
     }
 }
 
-/// Keeps a link to every member of every group (see the module docs),
-/// and, once every group's membership is known, none to nodes that are
-/// in no group (removed ones).
+/// Keeps a link to every member of every group this node holds (see the
+/// module docs) and to the leaders it routes to for the others, and, once
+/// the membership of every group it holds is known, none to other nodes
+/// (removed ones).
 pub(super) async fn link_members(
     groups: Vec<Arc<RaftGroup>>,
     me: NodeId,
     transport: Arc<impl Transport>,
+    hosting: Arc<Hosting>,
 ) {
     loop {
-        let mut members = BTreeSet::new();
+        let mut members: BTreeSet<NodeId> = hosting.hinted_leaders().into_iter().collect();
         let mut every_group_known = true;
-        for group in &groups {
+        for group in groups.iter().filter(|g| !hosting.has_left(g.index())) {
             let group_members = group.members();
             every_group_known &= !group_members.is_empty();
+            if !group_members.iter().any(|(node, _)| *node == me) {
+                continue; // held elsewhere: its members are not this node's peers
+            }
             for (node, addr) in group_members {
                 members.insert(node);
                 if node != me {

@@ -8,13 +8,15 @@
 //! leadership starts out balanced. After a restart each node recovers its
 //! groups' logs and votes from the shared log and rejoins. Members are
 //! added and removed later, one group at a time, while the cluster serves
-//! ([`membership`]); every member still holds every group.
+//! ([`membership`]); a node that a group no longer has drops its copy and
+//! routes that group's requests to its leader ([`hosting`]).
 //!
 //! Data directory layout (meta `format = 2`, cluster):
 //!
 //! ```text
 //! DATA_DIR/runnel.meta   format, group count and node id
 //! DATA_DIR/cluster-id    the cluster's id, once known ([`identity`])
+//! DATA_DIR/left-groups   groups this node dropped its copy of ([`hosting`])
 //! DATA_DIR/log/          the shared log: Raft records of every group
 //! ```
 
@@ -38,15 +40,18 @@ use crate::raft::collect::Collector;
 use crate::raft::group::RaftGroup;
 use crate::raft::journal::{Durability, GroupLog, JournalStore};
 use crate::raft::state_machine::{AppliedPoint, GroupShared, GroupStateMachine, Persisted};
-use crate::raft::transport::{raft_addr, Links, ReadIndex, Served, TcpTransport, Transport};
+use crate::raft::transport::{raft_addr, Links, PeerQueries, Served, TcpTransport, Transport};
 use crate::raft::vote_guard::VoteGuard;
 use crate::raft::{rebalance, snapshot};
 use crate::raft::{NodeId, Raft};
 use crate::tier::{self, GroupTier, Tiering};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
+use hosting::Hosting;
 use identity::Identity;
 
+mod formation;
+pub mod hosting;
 pub mod identity;
 pub mod membership;
 mod reads;
@@ -106,8 +111,9 @@ pub struct ClusterNode {
     peers: BTreeMap<NodeId, String>,
     log: Arc<Log>,
     collector: Arc<Collector>,
-    /// Read indexes from group leaders, for live reads served here.
-    reads: Arc<dyn ReadIndex>,
+    /// Read indexes from group leaders, for live reads served here, and
+    /// who leads the groups this node holds no copy of.
+    peers_asked: Arc<dyn PeerQueries>,
     /// The groups as peers are answered, with this node's vote guard.
     served: Arc<Served>,
     /// A leader that has heard from no quorum for this long may be cut
@@ -116,6 +122,8 @@ pub struct ClusterNode {
     /// Raft RPC figures per peer, for `/metrics`.
     peer_metrics: Box<dyn Fn() -> Vec<crate::metrics::PeerMetrics> + Send + Sync>,
     data_dir: std::path::PathBuf,
+    /// The groups this node left, and their leaders when it holds none.
+    hosting: Arc<Hosting>,
     control: Control,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -172,14 +180,24 @@ impl ClusterNode {
             ),
         )?;
 
+        let hosting = Arc::new(Hosting::load(&engine.data_dir)?);
+        let left: Vec<Option<u64>> = (0..group_count).map(|g| hosting.left_at(g)).collect();
         let files = (0..group_count)
             .map(|g| snapshot::load(&engine.data_dir, g))
             .collect::<Result<Vec<_>, _>>()
             .map_err(|reason| OpenError::Checkpoint { reason })?;
-        // Segments are only collected once every group has a snapshot.
+        // The snapshot of a copy this node dropped is not this group's.
+        let files: Vec<_> = files
+            .into_iter()
+            .zip(&left)
+            .map(|(file, left)| file.filter(|f| left.is_none_or(|at| f.header.replay_from >= at)))
+            .collect();
+        // Segments are only collected once every group has a snapshot (or
+        // was left: nothing of it before that is needed).
         let replay_from = files
             .iter()
-            .map(|f| f.as_ref().map(|f| f.header.replay_from))
+            .zip(&left)
+            .map(|(f, left)| f.as_ref().map(|f| f.header.replay_from).or(*left))
             .collect::<Option<Vec<u64>>>()
             .and_then(|from| from.into_iter().min())
             .unwrap_or(0);
@@ -202,6 +220,14 @@ impl ClusterNode {
                     .map(|g| u32::from_le_bytes(*g) as usize)
                     .filter(|_| payload.len() >= crate::raft::RECORD_PREFIX)
                     .ok_or_else(|| "record shorter than its prefix".to_string())?;
+                if left
+                    .get(group)
+                    .copied()
+                    .flatten()
+                    .is_some_and(|at| pos < at)
+                {
+                    return Ok(()); // a record of a copy this node dropped
+                }
                 indexes
                     .get_mut(group)
                     .ok_or_else(|| {
@@ -236,7 +262,7 @@ impl ClusterNode {
             members.insert(*id, BasicNode { addr });
         }
         let transport = Arc::new(transport);
-        let reads: Arc<dyn ReadIndex> = transport.clone();
+        let peers_asked: Arc<dyn PeerQueries> = transport.clone();
 
         // Backups are for a single node: a cluster member that loses its
         // disk recovers from its peers.
@@ -331,7 +357,7 @@ impl ClusterNode {
         });
         let mut tasks = transport.serve(Arc::clone(&served)).await?;
 
-        tasks.push(tokio::spawn(form_and_balance(
+        tasks.push(tokio::spawn(formation::form_and_balance(
             groups.clone(),
             config.node_id,
             members,
@@ -347,6 +373,15 @@ impl ClusterNode {
             groups.clone(),
             config.node_id,
             Arc::clone(&transport),
+            Arc::clone(&hosting),
+        )));
+        tasks.push(tokio::spawn(hosting::follow_groups(
+            groups.clone(),
+            shares.clone(),
+            config.node_id,
+            Arc::clone(&transport),
+            Arc::clone(&hosting),
+            Arc::clone(&log),
         )));
         tasks.push(tokio::spawn(rebalance::rebalance(
             groups.clone(),
@@ -364,6 +399,7 @@ impl ClusterNode {
             shares,
             Arc::clone(&log),
             config.manual_commit,
+            Arc::clone(&hosting),
         ));
         tasks.push(tokio::spawn(Arc::clone(&collector).run(
             engine.checkpoint_interval,
@@ -396,7 +432,7 @@ impl ClusterNode {
             peers: config.peers.clone(),
             log,
             collector,
-            reads,
+            peers_asked,
             served,
             quorum_silence: config.election_timeout.1 * 2,
             peer_metrics: {
@@ -404,6 +440,7 @@ impl ClusterNode {
                 Box::new(move || transport.peer_metrics())
             },
             data_dir: engine.data_dir.clone(),
+            hosting,
             tasks,
         }))
     }
@@ -434,10 +471,26 @@ impl ClusterNode {
         &self.groups[group_index(name, self.groups.len())]
     }
 
+    /// Whether this node holds a copy of `group` ([`hosting`]).
+    pub fn holds(&self, group: &RaftGroup) -> bool {
+        hosting::holds(group, self.node_id, &self.hosting)
+    }
+
     /// Where requests for `group` are served: here, at its leader, or
-    /// nowhere for now.
+    /// nowhere for now. A group this node holds no copy of is served at
+    /// the leader its peers name.
     fn route_to(&self, group: &RaftGroup) -> Route {
-        match group.leader() {
+        let leader = match self.hosting.has_left(group.index()) {
+            false => group.leader(),
+            true => None,
+        };
+        if leader.is_none() && !self.holds(group) {
+            return match self.hosting.hint(group.index()) {
+                Some((node, addr)) if node != self.node_id => Route::Forward { node, addr },
+                _ => Route::NoLeader,
+            };
+        }
+        match leader {
             Some(leader) if leader == self.node_id => Route::Local,
             Some(leader) => match self
                 .peers
@@ -512,153 +565,6 @@ impl ClusterNode {
     }
 }
 
-/// How often an empty node asks its peers again while none answers.
-const PROBE_AGAIN: Duration = Duration::from_millis(200);
-
-/// Forms new groups and balances leadership. Each group has a preferred
-/// leader (`group % nodes` in node-id order). A node initializes the new
-/// groups it prefers at once (openraft then elects it) and holds back, for
-/// a few election timeouts, its election timer in the others, so
-/// leadership starts out balanced. A group whose preferred node is down
-/// when the cluster first forms is initialized by the others once they
-/// stop waiting (initializing with the same membership on several nodes
-/// is safe). A group that any peer already has is never initialized
-/// here: a node that lost its disk rejoins and is sent a snapshot, and
-/// votes or stands for election in that group only once it has heard from
-/// its leader and caught up with what its peers had applied (see
-/// [`VoteGuard`]).
-async fn form_and_balance(
-    groups: Vec<Arc<RaftGroup>>,
-    me: NodeId,
-    members: BTreeMap<NodeId, BasicNode>,
-    transport: Arc<impl Transport>,
-    served: Arc<Served>,
-    hold_back: Duration,
-) {
-    let nodes: Vec<NodeId> = members.keys().copied().collect();
-    let Some(rank) = nodes.iter().position(|n| *n == me) else {
-        return;
-    };
-    let mut held = Vec::new();
-    for group in &groups {
-        let have = group.raft().is_initialized().await.unwrap_or(false);
-        let mut peers = transport.probe_peers(group.index()).await;
-        // An empty node cannot tell a forming cluster from one it lost its
-        // disk in until a peer answers: it must not vote before then.
-        if !have && peers.answered == 0 && nodes.len() > 1 {
-            tracing::info!(
-                group = group.index(),
-                "no peer answers yet: waiting for one before this empty node votes"
-            );
-            while peers.answered == 0 {
-                tokio::time::sleep(PROBE_AGAIN).await;
-                peers = transport.probe_peers(group.index()).await;
-            }
-        }
-        // Formed with just the membership entry (index 0) and no leader
-        // yet: the cluster is forming, and this node is one of its members.
-        let forming = !peers.led && peers.last_log == 0;
-        if have || forming {
-            served.votes.release(group.index());
-        } else {
-            tracing::info!(
-                group = group.index(),
-                "rejoining without this group's state: no vote until it has caught up with its leader"
-            );
-            served.votes.hold_until(group.index(), u64::MAX);
-            group.raft().runtime_config().elect(false);
-            held.push(group.index());
-            tokio::spawn(rejoin(
-                Arc::clone(group),
-                me,
-                Arc::clone(&transport),
-                Arc::clone(&served),
-            ));
-        }
-    }
-    let preferred = |g: &RaftGroup| g.index() as usize % nodes.len() == rank;
-    let form = |group: Arc<RaftGroup>| {
-        let (members, transport) = (members.clone(), Arc::clone(&transport));
-        async move {
-            if group.raft().is_initialized().await.unwrap_or(true)
-                || transport.probe_peers(group.index()).await.initialized
-            {
-                return;
-            }
-            if let Err(err) = group.raft().initialize(members).await {
-                tracing::debug!(group = group.index(), error = %err, "not initialized");
-            }
-        }
-    };
-    // A held group's elections are left to its vote guard.
-    let left_alone = |g: &RaftGroup| held.contains(&g.index());
-    for group in groups.iter().filter(|g| !preferred(g) && !left_alone(g)) {
-        group.raft().runtime_config().elect(false);
-    }
-    for group in groups.iter().filter(|g| preferred(g)) {
-        form(Arc::clone(group)).await;
-    }
-    // A running cluster's leaders make themselves known within a heartbeat
-    // or two; only leaderless groups need an election.
-    tokio::time::sleep(hold_back / 10).await;
-    for group in groups.iter().filter(|g| preferred(g) && !left_alone(g)) {
-        if group.leader().is_none() && group.raft().is_initialized().await.unwrap_or(false) {
-            let _ = group.raft().trigger().elect().await;
-        }
-    }
-    tokio::time::sleep(hold_back).await;
-    for group in groups.iter().filter(|g| !preferred(g) && !left_alone(g)) {
-        group.raft().runtime_config().elect(true);
-        if group.leader().is_none() {
-            form(Arc::clone(group)).await;
-        }
-    }
-}
-
-/// Gives a group this node lost its copy of its vote back (see
-/// [`VoteGuard`]): waits to hear from a leader, asks the leader and the
-/// other peers how long their logs are, and once this node has applied
-/// that much, lets it vote and stand for election again.
-async fn rejoin(
-    group: Arc<RaftGroup>,
-    me: NodeId,
-    transport: Arc<impl Transport>,
-    served: Arc<Served>,
-) {
-    let index = group.index();
-    let raft = group.raft();
-    let mut metrics = raft.metrics();
-    let caught_up_at = loop {
-        if metrics.has_changed().is_err() {
-            return; // the group shut down
-        }
-        let leader = metrics.borrow().current_leader.filter(|l| *l != me);
-        if let Some(leader) = leader {
-            if let Some(answer) = transport.probe(leader, index).await {
-                let others = transport.probe_peers(index).await;
-                break answer.last_log.max(others.last_log);
-            }
-            // Gone already: wait for the next leader.
-            tracing::debug!(group = index, leader, "the leader did not answer a probe");
-            tokio::time::sleep(PROBE_AGAIN).await;
-            continue;
-        }
-        if metrics.changed().await.is_err() {
-            return; // the group shut down
-        }
-    };
-    tracing::info!(
-        group = index,
-        caught_up_at,
-        "heard from the group's leader: votes again once it has applied this index"
-    );
-    served.votes.hold_until(index, caught_up_at);
-    if served.votes.released(index, raft).await {
-        tracing::info!(group = index, "caught up with the group: votes again");
-        raft.runtime_config().elect(true);
-    }
-}
-
 impl NodeEngine for ClusterNode {
     fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, EngineError>> {
         Box::pin(ClusterNode::propose(self, command))
@@ -684,6 +590,21 @@ impl NodeEngine for ClusterNode {
         }
         for group in &self.groups {
             let index = group.index();
+            if !self.holds(group) {
+                // Its leader says this node is no member: served there.
+                if self.hosting.elsewhere(index) {
+                    continue;
+                }
+                // Left, or removed and not yet found out: it cannot route
+                // there before a peer names the leader. (An empty copy is
+                // a node that lost its disk, or is joining: it waits as a
+                // member does, below.)
+                if self.hosting.has_left(index) || !group.members().is_empty() {
+                    return Some(format!(
+                        "group {index}: held elsewhere, its leader not known yet"
+                    ));
+                }
+            }
             if self.served.votes.refuses(index, group.raft()) {
                 return Some(format!("group {index}: catching up after losing its state"));
             }

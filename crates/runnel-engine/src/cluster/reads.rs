@@ -13,6 +13,9 @@ impl ClusterNode {
     /// before the call: as its leader, once leadership is confirmed; as a
     /// follower, once it applied up to the leader's read index.
     pub(super) async fn caught_up(&self, group: &RaftGroup) -> bool {
+        if !self.holds(group) {
+            return false;
+        }
         let Some(leader) = group.leader() else {
             return false;
         };
@@ -22,7 +25,7 @@ impl ClusterNode {
         if cfg!(feature = "unsafe-stale-reads") {
             return true;
         }
-        let index = match self.reads.read_index(leader, group.index()).await {
+        let index = match self.peers_asked.read_index(leader, group.index()).await {
             Ok(index) => index,
             Err(reason) => {
                 tracing::debug!(group = group.index(), %reason, "no read index");

@@ -36,13 +36,14 @@ impl ClusterNode {
     /// group's membership is known (a removed node is in none), else
     /// those `--peers` named and the members known so far.
     fn known_nodes(&self) -> std::collections::BTreeMap<crate::raft::NodeId, String> {
-        let every_group_known = self.groups.iter().all(|g| !g.members().is_empty());
+        let held: Vec<_> = self.groups.iter().filter(|g| self.holds(g)).collect();
+        let every_group_known = held.len() == self.groups.len();
         let mut nodes = if every_group_known {
             std::collections::BTreeMap::new()
         } else {
             self.peers.clone()
         };
-        for group in &self.groups {
+        for group in held {
             for (node, raft_addr) in group.members() {
                 if let std::collections::btree_map::Entry::Vacant(entry) = nodes.entry(node) {
                     if let Ok(addr) = crate::raft::transport::http_addr(&raft_addr) {
@@ -54,6 +55,24 @@ impl ClusterNode {
         nodes
     }
 
+    /// A group this node holds no copy of: only its leader, as a peer
+    /// named it ([`super::hosting`]).
+    fn elsewhere_status(&self, group: u32) -> GroupStatus {
+        GroupStatus {
+            group,
+            state: "elsewhere".into(),
+            term: 0,
+            leader: self.hosting.hint(group).map(|(node, _)| node),
+            last_log_index: None,
+            last_applied_index: None,
+            applied_digest: String::new(),
+            follower_lag: Vec::new(),
+            votes: false,
+            voters: Vec::new(),
+            learners: Vec::new(),
+        }
+    }
+
     pub(super) fn report_status(&self) -> serde_json::Value {
         if let Some(tiering) = &self.tiering {
             tier::uploader::count_totals(&self.groups, tiering);
@@ -62,6 +81,9 @@ impl ClusterNode {
             .groups
             .iter()
             .map(|g| {
+                if !self.holds(g) {
+                    return self.elsewhere_status(g.index());
+                }
                 let mut status = g.status();
                 status.votes = !self.served.votes.refuses(g.index(), g.raft());
                 status

@@ -6,7 +6,8 @@
 //! into, or lies at or after a group's replay point (records recovery
 //! replays on top of the snapshot) or its first live Raft entry (entries
 //! a lagging follower may still be sent). Nothing is collected until every
-//! group has a snapshot file. openraft purges each group's Raft log up to
+//! group has a snapshot file, groups this node dropped its copy of aside
+//! (see [`crate::cluster::hosting`]). openraft purges each group's Raft log up to
 //! its snapshot once built (asynchronously: the segments that frees go at
 //! the next checkpoint).
 
@@ -18,12 +19,15 @@ use runnel_log::Log;
 use super::group::RaftGroup;
 use super::state_machine::GroupShared;
 use crate::checkpoint::LiveSet;
+use crate::cluster::hosting::Hosting;
 
 pub struct Collector {
     groups: Vec<Arc<RaftGroup>>,
     shares: Vec<GroupShared>,
     log: Arc<Log>,
     inline_io: bool,
+    /// Groups this node left are neither snapshotted nor waited for.
+    hosting: Arc<Hosting>,
 }
 
 /// How long a checkpoint waits for the snapshots it asked for.
@@ -35,12 +39,14 @@ impl Collector {
         shares: Vec<GroupShared>,
         log: Arc<Log>,
         inline_io: bool,
+        hosting: Arc<Hosting>,
     ) -> Collector {
         Collector {
             groups,
             shares,
             log,
             inline_io,
+            hosting,
         }
     }
 
@@ -81,6 +87,9 @@ impl Collector {
     pub async fn checkpoint(&self) -> Result<u64, String> {
         let mut waiting = Vec::new();
         for (group, shared) in self.groups.iter().zip(&self.shares) {
+            if self.dropped(shared) {
+                continue;
+            }
             let applied = shared.applied.lock().expect("applied lock").last;
             if applied.is_some() && applied > snapshot_point(shared) {
                 group
@@ -101,7 +110,7 @@ impl Collector {
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
         }
-        for shared in &self.shares {
+        for shared in self.shares.iter().filter(|s| !self.dropped(s)) {
             shared
                 .advance_replay_point()
                 .await
@@ -114,6 +123,10 @@ impl Collector {
         let mut before = u64::MAX;
         let mut live = Vec::new();
         for shared in &self.shares {
+            if self.dropped(shared) {
+                live.push(Vec::new()); // `live` is indexed by group
+                continue;
+            }
             let Some(persisted) = shared.persisted.lock().expect("snapshot lock").clone() else {
                 return Ok(0);
             };
@@ -143,6 +156,16 @@ impl Collector {
         .map_err(|e| format!("collecting segments: {e}"))?;
         self.copy_forward(before, &live).await?;
         Ok(reclaimed)
+    }
+
+    /// Whether this node dropped its copy of the group and holds nothing
+    /// of it since (a group left and added again is collected as any).
+    fn dropped(&self, shared: &GroupShared) -> bool {
+        if !self.hosting.has_left(shared.group) {
+            return false;
+        }
+        let index = shared.index.lock().expect("raft index lock");
+        index.vote().is_none() && index.first_entry_position().is_none()
     }
 
     /// Moves the live bytes of mostly-dead segments forward (see

@@ -91,6 +91,14 @@ pub fn load(data_dir: &Path, group: u32) -> Result<Option<SnapshotFile>, String>
     }))
 }
 
+/// Deletes group `group`'s snapshot file, if there is one.
+pub fn remove(data_dir: &Path, group: u32) -> std::io::Result<()> {
+    match std::fs::remove_file(path(data_dir, group)) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e),
+        _ => std::fs::File::open(dir(data_dir)).map_or(Ok(()), |d| d.sync_all()),
+    }
+}
+
 /// Writes group `group`'s snapshot file atomically.
 pub fn store(data_dir: &Path, group: u32, file: &SnapshotFile) -> std::io::Result<()> {
     let header = bincode::serialize(&file.header).map_err(std::io::Error::other)?;

@@ -1,8 +1,9 @@
-//! `runnel ctl node add|remove|replace`: one membership change per group, each
-//! sent to the `--target` member (which forwards it to the group's
+//! `runnel ctl node add|remove|replace`: one membership change per group,
+//! each sent to the `--target` member (which forwards it to the group's
 //! leader) and sent again through leader changes and unreachable nodes
-//! until it is done, refused, or `--timeout-secs` pass. Every step is
-//! idempotent: a command cut short is finished by running it again.
+//! until it is done, refused, or `--timeout-secs` pass; `node move`: the
+//! two changes that move one group's replica. Every step is idempotent:
+//! a command cut short is finished by running it again.
 
 use std::time::{Duration, Instant};
 
@@ -38,6 +39,16 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
             let done = every_group(&common, &format!("remove={node_id}"), print)?;
             println!("node {node_id} replaced by node {new_node_id} in all {done} groups");
             retire(&common, node_id)?;
+        }
+        NodeCommand::Move {
+            group,
+            node_id,
+            to,
+            addr,
+            common,
+        } => {
+            move_replica(&common, group, node_id, to, &addr)?;
+            println!("group {group}'s replica moved from node {node_id} to node {to}");
         }
     }
     Ok(())
@@ -94,6 +105,32 @@ fn check_newcomer(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(), Strin
             count(&cluster)
         ));
     }
+    Ok(())
+}
+
+/// Moves `group`'s replica on node `from` to node `to` (at `addr`): `to`
+/// is added first, so the group never has fewer replicas than before.
+fn move_replica(args: &NodeArgs, group: u32, from: u64, to: u64, addr: &str) -> Result<(), String> {
+    if group == 0 {
+        return Err(
+            "group 0 holds the cluster's metadata and subscriptions and stays on every node; \
+             move the replicas of other groups"
+                .into(),
+        );
+    }
+    if from == to {
+        return Err(format!("node {from} cannot move a replica to itself"));
+    }
+    check_newcomer(args, to, addr)?;
+    let members = format!("/_runnel/cluster/groups/{group}/members");
+    let added = change_group(
+        args,
+        &format!("{members}?add={to}&addr={addr}"),
+        group as usize,
+    )?;
+    print(group as usize, &added);
+    let removed = change_group(args, &format!("{members}?remove={from}"), group as usize)?;
+    print(group as usize, &removed);
     Ok(())
 }
 

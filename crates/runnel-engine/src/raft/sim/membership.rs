@@ -147,7 +147,7 @@ fn assert_voters(sim: &Sim, seed: u64, expected: &BTreeSet<NodeId>) {
 }
 
 /// A membership change's outcome as `change_every_group` takes it.
-fn changed(result: Result<MemberReport, EngineError>) -> Result<(), String> {
+pub(super) fn changed(result: Result<MemberReport, EngineError>) -> Result<(), String> {
     result.map(|_| ()).map_err(|e| e.to_string())
 }
 
@@ -202,34 +202,42 @@ where
     Fut: Future<Output = Result<(), String>>,
 {
     let groups = sim.alive()[0].groups().len();
-    for g in 0..groups {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        loop {
-            let leader = sim
-                .alive()
-                .into_iter()
-                .find(|n| n.groups()[g].leader() == Some(n.node_id()));
-            if let Some(leader) = leader {
-                match tokio::time::timeout(Duration::from_secs(10), change(leader, g as u32)).await
-                {
-                    Ok(Ok(())) => break,
-                    Ok(Err(e)) => sim.note(format!("{} group {g} not yet {what}: {e}", at())),
-                    Err(_) => sim.note(format!("{} group {g} not yet {what}: timed out", at())),
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "seed {seed}: group {g} never {what}"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-        sim.note(format!("{} group {g} {what}", at()));
+    for g in 0..groups as u32 {
+        change_group(sim, seed, g, what, &change).await;
     }
+}
+
+/// Runs `change` on group `g`'s leader until it answers that it is done.
+pub(super) async fn change_group<F, Fut>(sim: &Sim, seed: u64, g: u32, what: &str, change: &F)
+where
+    F: Fn(Arc<ClusterNode>, u32) -> Fut,
+    Fut: Future<Output = Result<(), String>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let leader = sim
+            .alive()
+            .into_iter()
+            .find(|n| n.holds(&n.groups()[g as usize]) && n.groups()[g as usize].leads());
+        if let Some(leader) = leader {
+            match tokio::time::timeout(Duration::from_secs(10), change(leader, g)).await {
+                Ok(Ok(())) => break,
+                Ok(Err(e)) => sim.note(format!("{} group {g} not yet {what}: {e}", at())),
+                Err(_) => sim.note(format!("{} group {g} not yet {what}: timed out", at())),
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "seed {seed}: group {g} never {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sim.note(format!("{} group {g} {what}", at()));
 }
 
 /// Crashes node `i` and starts it again a little later, the clients
 /// following.
-async fn bounce(sim: &mut Sim, workload: &Workload, i: usize, rng: &mut StdRng) {
+pub(super) async fn bounce(sim: &mut Sim, workload: &Workload, i: usize, rng: &mut StdRng) {
     sim.crash(i).await;
     *workload.alive.lock().unwrap() = sim.alive();
     tokio::time::sleep(Duration::from_millis(rng.gen_range(100..1500))).await;

@@ -25,7 +25,9 @@
 //! must not serve stale state).
 //!
 //! [`membership`] changes the cluster under the same clients: a fourth
-//! node joins every group and the first leaves.
+//! node joins every group and the first leaves. [`replicas`] moves one
+//! replica of each group instead, so that the groups live on different
+//! nodes and every node routes some groups it holds no copy of.
 //!
 //! [`lost_disk`] plays one scenario the random faults are unlikely to
 //! reach: a node loses its disk while an acknowledged write is on it and
@@ -39,6 +41,7 @@
 mod lost_disk;
 mod membership;
 mod net;
+mod replicas;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -54,7 +57,7 @@ use runnel_history::record::payload;
 use self::net::{SimNet, SimTransport};
 use crate::cluster::identity::Identity;
 use crate::cluster::{ClusterConfig, ClusterNode};
-use crate::node::EngineConfig;
+use crate::node::{group_index, EngineConfig};
 use crate::raft::runtime::seed_thread_rng;
 use crate::{NodeEngine, Route};
 
@@ -578,32 +581,38 @@ async fn simulate(seed: u64) -> Vec<String> {
     trace
 }
 
-/// Waits until every node applied the same entries in every group, and
-/// knows the cluster by the same id.
+/// Waits until every node that holds a group applied the same entries in
+/// it, and every node knows the cluster by the same id.
 async fn converge(sim: &Sim, seed: u64) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
     loop {
-        let views: Vec<_> = sim
-            .alive()
-            .iter()
-            .map(|n| {
-                let groups = n
-                    .groups()
+        let nodes = sim.alive();
+        let ids: Vec<_> = nodes.iter().map(|n| n.cluster_id()).collect();
+        let groups = nodes[0].groups().len();
+        let copies: Vec<Vec<_>> = (0..groups)
+            .map(|g| {
+                nodes
                     .iter()
-                    .map(|g| {
-                        let s = g.status();
+                    .map(|n| &n.groups()[g])
+                    .zip(&nodes)
+                    .filter(|(group, n)| n.holds(group))
+                    .map(|(group, _)| {
+                        let s = group.status();
                         (s.last_applied_index, s.applied_digest)
                     })
-                    .collect::<Vec<_>>();
-                (n.cluster_id().map(str::to_string), groups)
+                    .collect()
             })
             .collect();
-        if views[0].0.is_some() && views.iter().all(|v| *v == views[0]) {
+        let same_id = ids[0].is_some() && ids.iter().all(|id| *id == ids[0]);
+        let same_copies = copies
+            .iter()
+            .all(|c| !c.is_empty() && c.iter().all(|copy| *copy == c[0]));
+        if same_id && same_copies {
             return;
         }
         assert!(
             tokio::time::Instant::now() < deadline,
-            "seed {seed}: replicas never converged: {views:?}"
+            "seed {seed}: replicas never converged: ids {ids:?}, copies {copies:?}"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -617,6 +626,10 @@ async fn check(sim: &Sim, seed: u64, history: &History) {
         let name = stream_name(stream);
         let mut replicas = Vec::new();
         for node in sim.alive() {
+            let group = &node.groups()[group_index(&name, node.groups().len())];
+            if !node.holds(group) {
+                continue;
+            }
             let read = node
                 .engine_for(&name)
                 .read(&name, ReadFrom::Start, u64::MAX)

@@ -19,7 +19,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::metrics::PeerMetrics;
 use crate::node::OpenError;
-use crate::raft::transport::{PeerGroup, Served, Transport};
+use crate::raft::transport::{LeaderView, PeerGroup, Served, Transport};
 use crate::raft::{NodeId, Raft, TypeConfig};
 use crate::BoxFuture;
 
@@ -206,6 +206,23 @@ impl Transport for SimTransport {
         Box::pin(async move {
             let raft = self.reach(leader, group)?;
             crate::raft::transport::leader_read_index(&raft).await
+        })
+    }
+
+    fn peer_ids(&self) -> Vec<NodeId> {
+        let state = self.net.lock();
+        state
+            .nodes
+            .keys()
+            .copied()
+            .filter(|n| *n != self.me)
+            .collect()
+    }
+
+    fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>> {
+        Box::pin(async move {
+            let raft = self.reach(node, group)?;
+            Ok(LeaderView::of(&raft))
         })
     }
 

@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 
 use super::{
     hello, leader_read_index, read_frame, response_frame, status_frame, write_frames, PeerGroup,
-    Served, CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_PROBE, KIND_READ_INDEX,
-    KIND_SNAPSHOT, KIND_VOTE,
+    Served, CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_PROBE,
+    KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
 };
 use crate::raft::vote_guard::REFUSAL;
 use crate::raft::{NodeId, TypeConfig};
@@ -99,6 +99,8 @@ pub enum PeerRequest {
     ReadIndex,
     /// A leader hands its group over (the role it asks for).
     Handoff(u8),
+    /// Who leads the group ([`super::LeaderView`]).
+    Leader,
     /// Who the peer is and the cluster id it knows (only the first
     /// request of a connection: see [`hello`]).
     Hello(super::Hello),
@@ -119,6 +121,7 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
             PeerRequest::Handoff(*body.first().ok_or("a handover request without a role")?)
         }
         KIND_HELLO => PeerRequest::Hello(hello::decode(body)?),
+        KIND_LEADER => PeerRequest::Leader,
         other => return Err(format!("unknown raft request kind {other}")),
     })
 }
@@ -136,6 +139,7 @@ async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Ve
         PeerRequest::Snapshot(request) => bincode::serialize(&raft.install_snapshot(request).await),
         PeerRequest::Probe => bincode::serialize(&PeerGroup::of(raft).await),
         PeerRequest::ReadIndex => bincode::serialize(&leader_read_index(raft).await?),
+        PeerRequest::Leader => bincode::serialize(&super::LeaderView::of(raft)),
         PeerRequest::Handoff(role) => {
             crate::raft::rebalance::on_handoff(raft, role);
             bincode::serialize(&())

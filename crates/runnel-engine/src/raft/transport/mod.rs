@@ -24,15 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{
-    InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError, Unreachable,
-};
-use openraft::network::{Backoff, RPCOption, RaftNetwork, RaftNetworkFactory};
-use openraft::raft::{
-    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
-    VoteRequest, VoteResponse,
-};
-use openraft::BasicNode;
+use openraft::network::RaftNetworkFactory;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, oneshot};
@@ -42,12 +34,16 @@ use super::{NodeId, Raft, TypeConfig};
 use crate::cluster::identity::Identity;
 
 mod hello;
+mod leader_view;
 mod listener;
+mod network;
 use crate::metrics::histogram::Histogram;
 use crate::metrics::PeerMetrics;
 pub use hello::Hello;
+pub use leader_view::LeaderView;
 pub(crate) use listener::serve;
 pub use listener::{decode_request, PeerRequest};
+pub use network::{GroupNetwork, NetworkFactory};
 
 const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
@@ -63,6 +59,9 @@ const KIND_READ_INDEX: u8 = 5;
 const KIND_HANDOFF: u8 = 6;
 /// The first request on a connection (see [`hello`]).
 const KIND_HELLO: u8 = 7;
+/// Who leads a group, as the receiver knows it ([`LeaderView`]): asked by
+/// a node that holds no copy of the group, to route to its leader.
+const KIND_LEADER: u8 = 8;
 /// Largest frame accepted (a batch of entries of the largest record size).
 const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -290,6 +289,14 @@ impl PeerLink {
             .map(drop)
     }
 
+    /// Who leads `group`, as this peer knows.
+    pub async fn leader_view(&self, group: u32) -> Result<LeaderView, String> {
+        let reply = self
+            .call(KIND_LEADER, group, &[], Duration::from_secs(1))
+            .await?;
+        bincode::deserialize(&reply).map_err(|e| format!("undecodable leader view: {e}"))
+    }
+
     /// The read index of `group` from this peer, its leader.
     pub async fn read_index(&self, group: u32) -> Result<Option<u64>, String> {
         let reply = self
@@ -470,12 +477,22 @@ pub(crate) trait Transport: Send + Sync + 'static {
     /// in them: forget the others (removed nodes).
     fn forget_all_but(&self, _members: &std::collections::BTreeSet<NodeId>) {}
 
-    /// The read index of `group` from `leader` (see [`ReadIndex`]).
+    /// The read index of `group` from `leader` (see [`PeerQueries`]).
     fn read_index(
         &self,
         leader: NodeId,
         group: u32,
     ) -> crate::BoxFuture<'_, Result<Option<u64>, String>>;
+
+    /// The peers this node links to.
+    fn peer_ids(&self) -> Vec<NodeId>;
+
+    /// Who leads `group`, as `node` knows it.
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<LeaderView, String>>;
 
     /// Asks `node` to play `role` in a handover of `group`.
     fn handoff(
@@ -486,24 +503,40 @@ pub(crate) trait Transport: Send + Sync + 'static {
     ) -> crate::BoxFuture<'_, Result<(), String>>;
 }
 
-/// Asks a group's leader for its read index: once this node has applied
-/// up to it, its state holds every write acknowledged before the request
-/// (a follower read that is not stale). Object-safe, unlike [`Transport`].
-pub(crate) trait ReadIndex: Send + Sync {
+/// What a node asks its peers while it serves requests: a group leader's
+/// read index (once this node has applied up to it, its state holds every
+/// write acknowledged before the request: a follower read that is not
+/// stale), and who leads a group it holds no copy of. Object-safe, unlike
+/// [`Transport`].
+pub(crate) trait PeerQueries: Send + Sync {
     fn read_index(
         &self,
         leader: NodeId,
         group: u32,
     ) -> crate::BoxFuture<'_, Result<Option<u64>, String>>;
+
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<LeaderView, String>>;
 }
 
-impl<T: Transport> ReadIndex for T {
+impl<T: Transport> PeerQueries for T {
     fn read_index(
         &self,
         leader: NodeId,
         group: u32,
     ) -> crate::BoxFuture<'_, Result<Option<u64>, String>> {
         Transport::read_index(self, leader, group)
+    }
+
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<LeaderView, String>> {
+        Transport::leader_view(self, node, group)
     }
 }
 
@@ -650,6 +683,24 @@ impl Transport for TcpTransport {
         })
     }
 
+    fn peer_ids(&self) -> Vec<NodeId> {
+        self.links.all().iter().map(|link| link.peer).collect()
+    }
+
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<LeaderView, String>> {
+        Box::pin(async move {
+            let link = self
+                .links
+                .get(node)
+                .ok_or_else(|| format!("node {node} is not among the peers"))?;
+            link.leader_view(group).await
+        })
+    }
+
     fn handoff(
         &self,
         node: NodeId,
@@ -685,95 +736,5 @@ impl Transport for TcpTransport {
 
     fn forget_all_but(&self, members: &std::collections::BTreeSet<NodeId>) {
         self.links.retain(members);
-    }
-}
-
-/// Creates the per-target clients of one group.
-#[derive(Clone)]
-pub struct NetworkFactory {
-    pub group: u32,
-    pub peers: Arc<Links>,
-}
-
-pub struct GroupNetwork {
-    group: u32,
-    target: NodeId,
-    link: Option<Arc<PeerLink>>,
-}
-
-impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
-    type Network = GroupNetwork;
-
-    async fn new_client(&mut self, target: NodeId, node: &BasicNode) -> GroupNetwork {
-        GroupNetwork {
-            group: self.group,
-            target,
-            link: Some(self.peers.link(target, &node.addr)),
-        }
-    }
-}
-
-type RpcResult<T, E = RaftError<NodeId>> = Result<T, RPCError<NodeId, BasicNode, E>>;
-
-impl GroupNetwork {
-    async fn rpc<Req, Resp, E>(
-        &self,
-        kind: u8,
-        request: &Req,
-        option: &RPCOption,
-    ) -> RpcResult<Resp, E>
-    where
-        Req: serde::Serialize,
-        Resp: serde::de::DeserializeOwned,
-        E: std::error::Error + serde::de::DeserializeOwned,
-    {
-        let unreachable = |reason: String| RPCError::Unreachable(Unreachable::new(&io(reason)));
-        let link = self
-            .link
-            .as_ref()
-            .ok_or_else(|| unreachable(format!("node {} is not among the peers", self.target)))?;
-        let body = bincode::serialize(request)
-            .map_err(|e| RPCError::Network(NetworkError::new(&io(e.to_string()))))?;
-        let reply = link
-            .call(kind, self.group, &body, option.hard_ttl())
-            .await
-            .map_err(unreachable)?;
-        let answer: Result<Resp, E> = bincode::deserialize(&reply)
-            .map_err(|e| RPCError::Network(NetworkError::new(&io(e.to_string()))))?;
-        answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))
-    }
-}
-
-fn io(reason: String) -> std::io::Error {
-    std::io::Error::other(reason)
-}
-
-impl RaftNetwork<TypeConfig> for GroupNetwork {
-    async fn append_entries(
-        &mut self,
-        rpc: AppendEntriesRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> RpcResult<AppendEntriesResponse<NodeId>> {
-        self.rpc(KIND_APPEND, &rpc, &option).await
-    }
-
-    async fn install_snapshot(
-        &mut self,
-        rpc: InstallSnapshotRequest<TypeConfig>,
-        option: RPCOption,
-    ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
-        self.rpc(KIND_SNAPSHOT, &rpc, &option).await
-    }
-
-    async fn vote(
-        &mut self,
-        rpc: VoteRequest<NodeId>,
-        option: RPCOption,
-    ) -> RpcResult<VoteResponse<NodeId>> {
-        self.rpc(KIND_VOTE, &rpc, &option).await
-    }
-
-    fn backoff(&self) -> Backoff {
-        Backoff::new(std::iter::repeat(Duration::from_millis(200)))
     }
 }

@@ -1,0 +1,346 @@
+//! Which groups this node holds a copy of, and how it reaches the groups
+//! it holds none of.
+//!
+//! A node holds a group while it is a member (voter or learner) of it. A
+//! replica moved away (`POST /_runnel/cluster/groups/G/members?remove=N`)
+//! is never told so: the group's leader stops replicating to a node as
+//! soon as the change that removes it is appended. So a member that has
+//! heard no leader for a while asks its peers who leads the group
+//! ([`LeaderView`]), and asks the leader its membership; once a committed
+//! membership leaves this node out, the node drops its copy:
+//!
+//! 1. it shuts the group's Raft down (no more elections, no more records);
+//! 2. it notes in `DATA_DIR/left-groups` the group and the log's end
+//!    position: every record of the group before it belongs to the
+//!    dropped copy, which recovery skips;
+//! 3. it deletes the group's snapshot file and empties the group's state,
+//!    so checkpoints no longer wait for it nor keep its bytes.
+//!
+//! After a restart a group it left starts empty and uninitialized, and
+//! can be added again. A node does not take a group back while it runs
+//! on: the shut-down copy does not answer the new leader (restart it
+//! first).
+//!
+//! Requests for a group this node does not hold (it left it, was never
+//! added to it, or joined and has not been added yet) are routed to the
+//! group's leader as a peer that holds it last named it, asked again
+//! every second ([`follow_groups`]).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use runnel_core::StreamsState;
+use runnel_log::Log;
+
+use crate::node::{write_file_durably, OpenError};
+use crate::raft::group::RaftGroup;
+use crate::raft::journal::GroupLog;
+use crate::raft::snapshot;
+use crate::raft::state_machine::GroupShared;
+use crate::raft::transport::{http_addr, LeaderView, Transport};
+use crate::raft::NodeId;
+use crate::MaintainedGroup;
+
+/// The file in a data directory that lists the groups this node left.
+pub const LEFT_FILE: &str = "left-groups";
+
+/// How often the groups this node does not hold are looked at.
+const FOLLOW_EVERY: Duration = Duration::from_millis(250);
+/// How long a known leader of a group held elsewhere is trusted before
+/// it is asked for again.
+const HINT_FOR: Duration = Duration::from_secs(1);
+/// How long a member hears no leader before it asks whether it was
+/// removed from the group.
+const LEADERLESS_BEFORE_ASKING: Duration = Duration::from_secs(2);
+
+/// The groups this node left, and where their leaders are when it holds
+/// no copy of them.
+#[derive(Debug)]
+pub struct Hosting {
+    data_dir: PathBuf,
+    /// Group to the log position this node left it at.
+    left: Mutex<BTreeMap<u32, u64>>,
+    /// For groups this node holds no copy of: their leaders.
+    hints: Mutex<BTreeMap<u32, Hint>>,
+}
+
+/// A group's leader as a peer named it.
+#[derive(Debug, Clone)]
+struct Hint {
+    leader: NodeId,
+    /// The leader's HTTP address.
+    addr: String,
+    learnt: tokio::time::Instant,
+    /// The leader answered its membership, and this node is not in it
+    /// (rather than an empty copy still to catch up).
+    elsewhere: bool,
+}
+
+impl Hosting {
+    /// Reads `DATA_DIR/left-groups` (none: no group left).
+    pub fn load(data_dir: &Path) -> Result<Hosting, OpenError> {
+        let path = data_dir.join(LEFT_FILE);
+        let text = match std::fs::read_to_string(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
+            Err(e) => {
+                return Err(OpenError::Config {
+                    reason: format!("reading {}: {e}", path.display()),
+                })
+            }
+        };
+        let left = parse_left(&text).map_err(|reason| OpenError::Config {
+            reason: format!("{}: {reason}", path.display()),
+        })?;
+        Ok(Hosting {
+            data_dir: data_dir.to_path_buf(),
+            left: Mutex::new(left),
+            hints: Mutex::default(),
+        })
+    }
+
+    /// The log position this node left `group` at, if it left it.
+    pub fn left_at(&self, group: u32) -> Option<u64> {
+        self.left.lock().expect("left lock").get(&group).copied()
+    }
+
+    pub fn has_left(&self, group: u32) -> bool {
+        self.left_at(group).is_some()
+    }
+
+    /// Notes, durably, that this node left `group` at log `position`.
+    fn mark_left(&self, group: u32, position: u64) -> std::io::Result<()> {
+        let mut left = self.left.lock().expect("left lock");
+        left.insert(group, position);
+        write_file_durably(&self.data_dir, LEFT_FILE, &format_left(&left))
+    }
+
+    /// The leader (id and HTTP address) of `group`, which this node does
+    /// not hold, as a peer last named it.
+    pub fn hint(&self, group: u32) -> Option<(NodeId, String)> {
+        let hints = self.hints.lock().expect("hints lock");
+        hints.get(&group).map(|h| (h.leader, h.addr.clone()))
+    }
+
+    /// Whether `group`'s leader said this node is no member of it: the
+    /// group is served elsewhere, and this node has nothing to catch up.
+    pub fn elsewhere(&self, group: u32) -> bool {
+        let hints = self.hints.lock().expect("hints lock");
+        hints.get(&group).is_some_and(|h| h.elsewhere)
+    }
+
+    /// The leaders this node routes to for groups it does not hold.
+    pub fn hinted_leaders(&self) -> Vec<NodeId> {
+        let hints = self.hints.lock().expect("hints lock");
+        hints.values().map(|h| h.leader).collect()
+    }
+
+    fn fresh_hint(&self, group: u32) -> bool {
+        let hints = self.hints.lock().expect("hints lock");
+        hints
+            .get(&group)
+            .is_some_and(|h| h.learnt.elapsed() < HINT_FOR)
+    }
+
+    fn set_hint(&self, group: u32, hint: Option<Hint>) {
+        let mut hints = self.hints.lock().expect("hints lock");
+        match hint {
+            Some(hint) => {
+                hints.insert(group, hint);
+            }
+            None => {
+                hints.remove(&group);
+            }
+        }
+    }
+}
+
+/// `left-groups`: one `GROUP POSITION` line per group left.
+fn parse_left(text: &str) -> Result<BTreeMap<u32, u64>, String> {
+    let mut left = BTreeMap::new();
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let mut fields = line.split_whitespace();
+        let parsed = match (fields.next(), fields.next(), fields.next()) {
+            (Some(group), Some(position), None) => group.parse().ok().zip(position.parse().ok()),
+            _ => None,
+        };
+        let (group, position) =
+            parsed.ok_or_else(|| format!("{line:?} is not \"GROUP POSITION\""))?;
+        left.insert(group, position);
+    }
+    Ok(left)
+}
+
+fn format_left(left: &BTreeMap<u32, u64>) -> String {
+    left.iter().map(|(g, pos)| format!("{g} {pos}\n")).collect()
+}
+
+/// Whether this node's copy of `group` counts it a member (voter or
+/// learner). False for a group not initialized here.
+pub(crate) fn is_member(group: &RaftGroup, me: NodeId) -> bool {
+    let metrics = group.raft().metrics();
+    let metrics = metrics.borrow();
+    metrics
+        .membership_config
+        .membership()
+        .get_node(&me)
+        .is_some()
+}
+
+/// Whether this node holds a copy of `group`: a member that has not left.
+pub(crate) fn holds(group: &RaftGroup, me: NodeId, hosting: &Hosting) -> bool {
+    !hosting.has_left(group.index()) && is_member(group, me)
+}
+
+/// Keeps the leaders of the groups this node does not hold known, and
+/// drops this node's copy of a group it was removed from (see the module
+/// docs). Runs until aborted.
+pub(super) async fn follow_groups<T: Transport>(
+    groups: Vec<Arc<RaftGroup>>,
+    shares: Vec<GroupShared>,
+    me: NodeId,
+    transport: Arc<T>,
+    hosting: Arc<Hosting>,
+    log: Arc<Log>,
+) {
+    let mut leaderless_since = BTreeMap::new();
+    loop {
+        tokio::time::sleep(FOLLOW_EVERY).await;
+        for (group, shared) in groups.iter().zip(&shares) {
+            let index = group.index();
+            if !holds(group, me, &hosting) {
+                leaderless_since.remove(&index);
+                if !hosting.fresh_hint(index) {
+                    let found = find_leader(&*transport, index, hosting.hint(index)).await;
+                    let hint = found.and_then(|(leader, view)| {
+                        let (_, raft_addr) = view.leader?;
+                        Some(Hint {
+                            leader,
+                            addr: http_addr(&raft_addr).ok()?,
+                            learnt: tokio::time::Instant::now(),
+                            // An answer without the membership (the
+                            // leader itself did not answer) changes
+                            // nothing about it.
+                            elsewhere: view
+                                .members
+                                .map_or(hosting.elsewhere(index), |(m, _)| !m.contains(&me)),
+                        })
+                    });
+                    hosting.set_hint(index, hint);
+                }
+                continue;
+            }
+            hosting.set_hint(index, None);
+            if group.leader().is_some() {
+                leaderless_since.remove(&index);
+                continue;
+            }
+            let since = *leaderless_since
+                .entry(index)
+                .or_insert_with(tokio::time::Instant::now);
+            if since.elapsed() < LEADERLESS_BEFORE_ASKING {
+                continue;
+            }
+            let members = find_leader(&*transport, index, None)
+                .await
+                .and_then(|(_, view)| view.members);
+            if let Some((members, true)) = members {
+                if !members.contains(&me) {
+                    leave(group, shared, &hosting, &log).await;
+                    leaderless_since.remove(&index);
+                }
+            }
+        }
+    }
+}
+
+/// Asks the peers (`first` before the others) who leads `group`, then
+/// that leader itself: its answer, with its id.
+async fn find_leader<T: Transport>(
+    transport: &T,
+    group: u32,
+    first: Option<(NodeId, String)>,
+) -> Option<(NodeId, LeaderView)> {
+    let mut peers = transport.peer_ids();
+    if let Some((node, _)) = first {
+        peers.retain(|p| *p != node);
+        peers.insert(0, node);
+    }
+    for peer in peers {
+        let Ok(view) = transport.leader_view(peer, group).await else {
+            continue;
+        };
+        let Some((leader, raft_addr)) = view.leader.clone() else {
+            continue;
+        };
+        if leader == peer {
+            return Some((leader, view));
+        }
+        // A leader that joined after this node started may not be linked.
+        transport.learn(leader, &raft_addr);
+        match transport.leader_view(leader, group).await {
+            Ok(own) if own.members.is_some() => return Some((leader, own)),
+            // It no longer leads, or did not answer: what the peer said
+            // is still the best guess.
+            _ => return Some((leader, view)),
+        }
+    }
+    None
+}
+
+/// Drops this node's copy of `group`, which a committed membership no
+/// longer names (see the module docs).
+async fn leave(group: &RaftGroup, shared: &GroupShared, hosting: &Hosting, log: &Log) {
+    let index = group.index();
+    tracing::info!(
+        group = index,
+        "this node is no longer a member of the group: dropping its copy"
+    );
+    if let Err(err) = group.raft().shutdown().await {
+        tracing::warn!(group = index, error = %err, "stopping the group's raft");
+    }
+    let position = log.end_position();
+    if let Err(err) = hosting.mark_left(index, position) {
+        // The copy is stopped; after a restart it is found removed again.
+        tracing::error!(group = index, error = %err, "could not note the group as left");
+        return;
+    }
+    if let Err(err) = snapshot::remove(&hosting.data_dir, index) {
+        tracing::warn!(group = index, error = %err, "deleting the group's snapshot");
+    }
+    *shared.persisted.lock().expect("snapshot lock") = None;
+    *shared.index.lock().expect("raft index lock") = GroupLog::default();
+    shared.view.apply(|state| *state = StreamsState::new());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn left_groups_round_trip_and_refuse_garbage() {
+        let left = BTreeMap::from([(0, 10), (7, 123_456)]);
+        assert_eq!(parse_left(&format_left(&left)).unwrap(), left);
+        assert_eq!(parse_left("").unwrap(), BTreeMap::new());
+        assert!(parse_left("3\n").is_err());
+        assert!(parse_left("3 x\n").is_err());
+        assert!(parse_left("3 4 5\n").is_err());
+    }
+
+    #[test]
+    fn marking_a_group_left_survives_a_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let hosting = Hosting::load(dir.path()).unwrap();
+        assert!(!hosting.has_left(2));
+        hosting.mark_left(2, 4096).unwrap();
+        hosting.mark_left(5, 8192).unwrap();
+        let again = Hosting::load(dir.path()).unwrap();
+        assert_eq!(again.left_at(2), Some(4096));
+        assert_eq!(again.left_at(5), Some(8192));
+        assert_eq!(again.left_at(0), None);
+        std::fs::write(dir.path().join(LEFT_FILE), "two 3\n").unwrap();
+        assert!(Hosting::load(dir.path()).is_err());
+    }
+}

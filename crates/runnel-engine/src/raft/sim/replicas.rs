@@ -1,0 +1,231 @@
+//! Replica moves under load: a fourth node starts holding no group, then
+//! one replica of each group moves onto it (group 1's from node 1, group
+//! 0's from node 2), each a learner caught up and promoted, then the old
+//! replica removed through [`ClusterNode::change_member`]. A node that a
+//! group no longer has finds out from its peers, drops its copy and
+//! routes that group's requests to the leader
+//! ([`crate::cluster::hosting`]). A random node crashes and restarts after
+//! each step, and each node that dropped a copy restarts once more, so
+//! that it recovers without the copy it dropped. Producers and readers
+//! send their requests to every node throughout, through dropped and
+//! delayed messages, so every node serves groups it holds no copy of by
+//! forwarding. At the end the groups live on different nodes
+//! (`{1, 3, 4}` and `{2, 3, 4}`), every copy of a group holds the same
+//! bytes, every node routes every group, and the history passes the
+//! checker.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use openraft::BasicNode;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+
+use super::membership::{bounce, change_group, changed};
+use super::{at, check, converge, run_simulated, seeds, Sim, Workload, CALM, NODES};
+use crate::cluster::membership::MemberChange;
+use crate::raft::runtime::seed_thread_rng;
+use crate::raft::transport::raft_addr;
+use crate::raft::NodeId;
+use crate::{MaintainedGroup, NodeEngine, Route};
+
+/// The node that starts with no group (index; its id is one more).
+const NEWCOMER: usize = NODES as usize;
+
+#[test]
+fn sim_replicas_move_between_nodes_under_load() {
+    for seed in seeds() {
+        let trace = run_simulated(seed, move_replicas(seed));
+        let acked = trace.iter().filter(|e| e.contains(" ack ")).count();
+        let checked = trace
+            .iter()
+            .find_map(|e| e.strip_prefix("checked: "))
+            .unwrap_or("not checked")
+            .to_string();
+        eprintln!("seed {seed}: {acked} acknowledged appends; {checked}");
+        assert!(
+            acked > 50,
+            "seed {seed}: the cluster barely made progress ({acked} acks)"
+        );
+    }
+}
+
+async fn move_replicas(seed: u64) -> Vec<String> {
+    seed_thread_rng(seed);
+    let mut rng = StdRng::seed_from_u64(seed ^ 0x5e91);
+    let mut sim = Sim::with_slots(seed, NEWCOMER + 1);
+    for i in 0..NODES as usize {
+        sim.start(i).await;
+    }
+    let workload = Workload::start(&sim, seed);
+    tokio::time::sleep(Duration::from_millis(rng.gen_range(500..2000))).await;
+    let (drop, delay) = (rng.gen_range(0..40), rng.gen_range(1..15));
+    sim.net.set_faults(drop, delay);
+    sim.note(format!("{} faults drop={drop}/1000 delay<={delay}ms", at()));
+
+    // The newcomer holds nothing yet: the clients' requests to it are all
+    // forwarded.
+    sim.start(NEWCOMER).await;
+    *workload.alive.lock().unwrap() = sim.alive();
+    tokio::time::sleep(Duration::from_millis(rng.gen_range(500..1500))).await;
+
+    let newcomer = NEWCOMER as NodeId + 1;
+    for (group, from) in [(1, 1), (0, 2)] {
+        move_replica(&mut sim, &workload, seed, group, from, newcomer, &mut rng).await;
+    }
+
+    sim.net.set_faults(0, 2);
+    tokio::time::sleep(CALM).await;
+    let history = workload.finish(&sim).await;
+    converge(&sim, seed).await;
+    assert_placement(&sim, seed, &[&[1, 3, 4], &[2, 3, 4]]);
+    assert_routes(&sim, seed).await;
+    for node in sim.alive() {
+        node.checkpoint()
+            .await
+            .unwrap_or_else(|e| panic!("seed {seed}: node {}: checkpoint: {e}", node.node_id()));
+    }
+    check(&sim, seed, &history).await;
+    let trace = sim.trace.lock().unwrap().clone();
+    for i in 0..=NEWCOMER {
+        sim.crash(i).await;
+    }
+    trace
+}
+
+/// Moves group `group`'s replica on node `from` to node `to`: a learner
+/// first (with a crash before its promotion, which `change_member` then
+/// finishes), then a voter, then `from` removed; `from` must drop its
+/// copy, and keep it dropped across a restart.
+async fn move_replica(
+    sim: &mut Sim,
+    workload: &Workload,
+    seed: u64,
+    group: u32,
+    from: NodeId,
+    to: NodeId,
+    rng: &mut StdRng,
+) {
+    let learner = BasicNode {
+        addr: raft_addr(&Sim::http_addr(to)).unwrap(),
+    };
+    change_group(sim, seed, group, "learner added", &|node, g| {
+        let raft = node.groups()[g as usize].raft().clone();
+        let learner = learner.clone();
+        async move {
+            raft.add_learner(to, learner, true)
+                .await
+                .map(|_| ())
+                .map_err(|e| e.to_string())
+        }
+    })
+    .await;
+    bounce(sim, workload, rng.gen_range(0..=NEWCOMER), rng).await;
+
+    let add = MemberChange::Add {
+        node: to,
+        http_addr: Sim::http_addr(to),
+    };
+    change_group(sim, seed, group, "promoted", &|node, g| {
+        let add = add.clone();
+        async move { changed(node.change_member(g, add).await) }
+    })
+    .await;
+    let remove = MemberChange::Remove { node: from };
+    change_group(sim, seed, group, "replica removed", &|node, g| {
+        let remove = remove.clone();
+        async move { changed(node.change_member(g, remove).await) }
+    })
+    .await;
+
+    // The removed replica is not told: it finds out from its peers.
+    let index = from as usize - 1;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let dropped = sim.nodes[index]
+            .as_ref()
+            .is_none_or(|node| !node.holds(&node.groups()[group as usize]));
+        if dropped {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "seed {seed}: node {from} never dropped its copy of group {group}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    sim.note(format!("{} n{from} dropped group {group}", at()));
+    bounce(sim, workload, index, rng).await;
+    bounce(sim, workload, rng.gen_range(0..=NEWCOMER), rng).await;
+}
+
+/// Asserts that every running node that holds group `g` sees
+/// `expected[g]` as its voters, and that exactly those nodes hold it.
+fn assert_placement(sim: &Sim, seed: u64, expected: &[&[NodeId]]) {
+    for (g, voters) in expected.iter().enumerate() {
+        let expected: BTreeSet<NodeId> = voters.iter().copied().collect();
+        let mut holders = BTreeSet::new();
+        for node in sim.alive() {
+            let group = &node.groups()[g];
+            if !node.holds(group) {
+                continue;
+            }
+            holders.insert(node.node_id());
+            let metrics = group.raft().metrics().borrow().clone();
+            let seen: BTreeSet<NodeId> =
+                metrics.membership_config.membership().voter_ids().collect();
+            assert_eq!(
+                seen,
+                expected,
+                "seed {seed}: node {} sees group {g}'s voters as {seen:?}",
+                node.node_id()
+            );
+        }
+        assert_eq!(
+            holders, expected,
+            "seed {seed}: group {g} is held by {holders:?}"
+        );
+    }
+}
+
+/// Asserts that every node routes every group: served where it leads,
+/// forwarded to the leader elsewhere, whether it holds a copy or not (a
+/// node that holds none learns of a new leader within a second or so).
+async fn assert_routes(sim: &Sim, seed: u64) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let Err(wrong) = routes_to_leaders(sim) else {
+            return;
+        };
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "seed {seed}: {wrong}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn routes_to_leaders(sim: &Sim) -> Result<(), String> {
+    let nodes = sim.alive();
+    for g in 0..nodes[0].groups().len() as u32 {
+        let leader = nodes
+            .iter()
+            .find(|n| n.holds(&n.groups()[g as usize]) && n.groups()[g as usize].leads())
+            .map(|n| n.node_id());
+        for node in &nodes {
+            let route = node.group_route(g);
+            let to = match route {
+                Route::Local => Some(node.node_id()),
+                Route::Forward { node, .. } => Some(node),
+                Route::NoLeader => None,
+            };
+            if to != leader || leader.is_none() {
+                return Err(format!(
+                    "node {} routes group {g} to {route:?}, its leader is {leader:?}",
+                    node.node_id()
+                ));
+            }
+        }
+    }
+    Ok(())
+}

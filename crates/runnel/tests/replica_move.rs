@@ -1,0 +1,179 @@
+//! A group's replica moves from one node to another while the cluster
+//! serves (`runnel ctl node move`): a fourth node that holds no group
+//! serves every request by forwarding, receives group 1's replica from
+//! node 1, and node 1, which the group no longer has, drops its copy
+//! (`DATA_DIR/left-groups`), routes the group's requests to its leader,
+//! stays ready, and keeps doing so after a SIGKILL and restart.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::cluster::Cluster;
+use common::membership::ctl_node;
+use runnel_engine::node::group_index;
+
+const GROUPS: usize = 3;
+
+/// A stream name that lands in `group`.
+fn name_in(group: usize, prefix: &str) -> String {
+    (0..)
+        .map(|i| format!("{prefix}-{i}"))
+        .find(|n| group_index(n, GROUPS) == group)
+        .unwrap()
+}
+
+/// Appends `body` through `url` until it is acknowledged (a leader change
+/// may answer 503 for a moment), at most 15 s.
+async fn append_until_acked(client: &reqwest::Client, url: &str, body: &str) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let answer = client
+            .post(url)
+            .header("content-type", "text/plain")
+            .body(body.to_string())
+            .send()
+            .await;
+        match answer {
+            Ok(r) if r.status().is_success() => return,
+            Ok(r) if r.status() == 503 && Instant::now() < deadline => {}
+            Ok(r) => panic!(
+                "append through {url}: {} {}",
+                r.status(),
+                r.text().await.unwrap()
+            ),
+            Err(e) => assert!(Instant::now() < deadline, "append through {url}: {e}"),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// `node`'s view of group `group` in its status.
+async fn group_status(cluster: &Cluster, node: usize, group: usize) -> serde_json::Value {
+    let status = cluster.status(node).await.expect("the node answers");
+    status["groups"][group].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_moves_to_a_new_node_and_the_old_one_forwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cluster = Cluster::start(dir.path(), 3, &["--groups", "3"]).await;
+    cluster.wait_for_leaders(Duration::from_secs(10)).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    let moved = name_in(1, "moved");
+    let stayed = name_in(2, "stayed");
+    for name in [&moved, &stayed] {
+        common::create_text(&client, &cluster.stream_url(0, name), "a").await;
+    }
+
+    // Node 4 holds no group: it serves by forwarding.
+    let newcomer = cluster.start_joiner().await;
+    for name in [&moved, &stayed] {
+        append_until_acked(&client, &cluster.stream_url(newcomer, name), "b").await;
+    }
+    let status = group_status(&cluster, newcomer, 1).await;
+    assert_eq!(status["state"], "elsewhere", "{status}");
+
+    // Group 0 stays on every node.
+    let addr = format!("127.0.0.1:{}", cluster.ports[newcomer]);
+    let target = cluster.base(1);
+    let (ok, _, stderr) = ctl_node(&[
+        "move",
+        "--group",
+        "0",
+        "--node-id",
+        "1",
+        "--to",
+        "4",
+        "--addr",
+        &addr,
+        "--target",
+        &target,
+    ])
+    .await;
+    assert!(!ok && stderr.contains("stays on every node"), "{stderr}");
+
+    let (ok, stdout, stderr) = ctl_node(&[
+        "move",
+        "--group",
+        "1",
+        "--node-id",
+        "1",
+        "--to",
+        "4",
+        "--addr",
+        &addr,
+        "--target",
+        &target,
+    ])
+    .await;
+    assert!(ok, "node move failed: {stderr}");
+    assert!(stdout.contains("moved from node 1 to node 4"), "{stdout}");
+
+    // Node 1 finds out it left, and drops its copy.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let status = group_status(&cluster, 0, 1).await;
+        if status["state"] == "elsewhere" && status["leader"].as_u64().is_some() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "node 1 kept group 1: {status}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let left = std::fs::read_to_string(dir.path().join("n1").join("left-groups")).unwrap();
+    assert!(left.starts_with("1 "), "{left:?}");
+    let status = group_status(&cluster, 1, 1).await;
+    assert_eq!(status["voters"], serde_json::json!([2, 3, 4]), "{status}");
+    let status = group_status(&cluster, newcomer, 0).await;
+    assert_eq!(status["state"], "elsewhere", "{status}");
+
+    for node in [0, 1, 2, newcomer] {
+        append_until_acked(&client, &cluster.stream_url(node, &moved), "c").await;
+    }
+    append_until_acked(&client, &cluster.stream_url(0, &stayed), "c").await;
+    let expected_moved = "abcccc";
+    for node in [0, 1, 2, newcomer] {
+        let url = cluster.stream_url(node, &moved);
+        assert_eq!(common::get_text(&client, &url).await, expected_moved);
+        let url = cluster.stream_url(node, &stayed);
+        assert_eq!(common::get_text(&client, &url).await, "abc");
+    }
+
+    // After a SIGKILL node 1 starts without the copy it dropped, and
+    // still serves the group through its leader, and is ready; so is
+    // node 4, which holds group 1 only.
+    cluster.kill(0);
+    cluster.restart(0).await;
+    wait_ready(&client, &cluster, 0).await;
+    let status = group_status(&cluster, 0, 1).await;
+    assert_eq!(status["state"], "elsewhere", "{status}");
+    append_until_acked(&client, &cluster.stream_url(0, &moved), "d").await;
+    let url = cluster.stream_url(0, &moved);
+    assert_eq!(common::get_text(&client, &url).await, "abccccd");
+    wait_ready(&client, &cluster, newcomer).await;
+}
+
+async fn wait_ready(client: &reqwest::Client, cluster: &Cluster, node: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let ready = client
+            .get(format!("{}/ready", cluster.base(node)))
+            .send()
+            .await
+            .unwrap();
+        let code = ready.status();
+        let body = ready.text().await.unwrap();
+        if code == 200 {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} not ready: {body}",
+            node + 1
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
