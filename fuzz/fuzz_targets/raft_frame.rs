@@ -7,6 +7,6 @@ use runnel_engine::raft::transport::decode_request;
 
 fuzz_target!(|data: &[u8]| {
     if let Some((kind, body)) = data.split_first() {
-        let _ = decode_request(*kind % 9, body);
+        let _ = decode_request(*kind % 10, body);
     }
 });

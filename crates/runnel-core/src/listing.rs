@@ -11,8 +11,9 @@ use crate::offset::Offset;
 use crate::state::StreamsState;
 use crate::stream::StreamState;
 
-/// A stream as a listing shows it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A stream as a listing shows it (and as a group's leader sends it to a
+/// node that holds no copy of the group).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Listed {
     pub name: String,
     pub content_type: String,

@@ -17,7 +17,19 @@ const TOKEN_LEN: usize = HALF_WIDTH * 2 + 1;
 pub const MAX_POSITION: u64 = 9_999_999_999_999_999;
 
 /// A byte position in a stream, as carried by an offset token.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    PartialOrd,
+    Ord,
+    Hash,
+    Default,
+    serde::Serialize,
+    serde::Deserialize,
+)]
 pub struct Offset(pub u64);
 
 impl Offset {

@@ -345,13 +345,19 @@ pub(crate) fn list_groups<G: MaintainedGroup>(
 ) -> (Vec<Listed>, bool) {
     let now = now_ms();
     // One more than asked: whether another page follows.
-    let mut page: Vec<Listed> = groups
+    let page: Vec<Listed> = groups
         .iter()
         .flat_map(|g| {
             g.view()
                 .with_state(|s| s.list(prefix, after, limit + 1, now))
         })
         .collect();
+    merge_listing(page, limit)
+}
+
+/// The first `limit` of the groups' pages (each of up to `limit + 1`
+/// streams) in name order, and whether more follow.
+pub(crate) fn merge_listing(mut page: Vec<Listed>, limit: usize) -> (Vec<Listed>, bool) {
     page.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     let more = page.len() > limit;
     page.truncate(limit);

@@ -140,6 +140,13 @@ async fn a_replica_moves_to_a_new_node_and_the_old_one_forwards() {
         assert_eq!(common::get_text(&client, &url).await, expected_moved);
         let url = cluster.stream_url(node, &stayed);
         assert_eq!(common::get_text(&client, &url).await, "abc");
+        // A listing takes the groups a node holds no copy of from their
+        // leaders, one name at a time across the pages.
+        let mut names = listed(&client, &cluster, node, "").await;
+        names.sort();
+        let mut expected = vec![moved.clone(), stayed.clone()];
+        expected.sort();
+        assert_eq!(names, expected, "node {} lists", node + 1);
     }
 
     // After a SIGKILL node 1 starts without the copy it dropped, and
@@ -154,6 +161,39 @@ async fn a_replica_moves_to_a_new_node_and_the_old_one_forwards() {
     let url = cluster.stream_url(0, &moved);
     assert_eq!(common::get_text(&client, &url).await, "abccccd");
     wait_ready(&client, &cluster, newcomer).await;
+}
+
+/// Every stream name node `node` lists, a page of one at a time.
+async fn listed(
+    client: &reqwest::Client,
+    cluster: &Cluster,
+    node: usize,
+    prefix: &str,
+) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut url = format!("{}/v1/streams?prefix={prefix}&limit=1", cluster.base(node));
+        if let Some(c) = &cursor {
+            url.push_str(&format!("&cursor={c}"));
+        }
+        let body = client
+            .get(&url)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
+        let page: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        for stream in page["streams"].as_array().unwrap() {
+            names.push(stream["name"].as_str().unwrap().to_string());
+        }
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.to_string()),
+            None => return names,
+        }
+    }
 }
 
 async fn wait_ready(client: &reqwest::Client, cluster: &Cluster, node: usize) {

@@ -348,6 +348,7 @@ impl ClusterNode {
 
         let served = Arc::new(Served {
             rafts: groups.iter().map(|g| g.raft().clone()).collect(),
+            views: groups.iter().map(|g| g.view().clone()).collect(),
             votes: VoteGuard::new(groups.len()),
             identity: Arc::clone(&identity),
             retired: {

@@ -1,12 +1,15 @@
 //! Reads a cluster node serves from its own applied state: live reads
 //! of a group it follows, and stream listings, each once the node has
-//! applied everything the group's leader had committed when asked.
+//! applied everything the group's leader had committed when asked. A
+//! listing takes the streams of a group this node holds no copy of (or
+//! whose copy lags) from the group's leader.
 
 use runnel_core::listing::Listed;
 
 use super::{ClusterNode, FOLLOWER_CATCH_UP};
 use crate::raft::group::RaftGroup;
-use crate::{EngineError, MaintainedGroup};
+use crate::raft::transport::ListRequest;
+use crate::{EngineError, MaintainedGroup, Route};
 
 impl ClusterNode {
     /// Whether this node's copy of `group` holds every write acknowledged
@@ -61,21 +64,44 @@ impl ClusterNode {
         })
     }
 
-    /// A page of the streams listing, from every group once caught up.
+    /// A page of the streams listing, from every group: from this node's
+    /// copy once caught up, else (a group it holds no copy of, or a copy
+    /// that lags) from the group's leader.
     pub(super) async fn list_caught_up(
         &self,
         prefix: &str,
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<Listed>, bool), EngineError> {
+        let now = crate::now_ms();
+        let mut page = Vec::new();
         for group in &self.groups {
-            if !self.caught_up(group).await {
-                return Err(EngineError::Replication(format!(
-                    "group {} cannot be read consistently at the moment (no leader, or this node lags); retry",
-                    group.index()
-                )));
+            // One more than asked: whether another page follows.
+            if self.caught_up(group).await {
+                page.extend(
+                    group
+                        .view()
+                        .with_state(|s| s.list(prefix, after, limit + 1, now)),
+                );
+                continue;
             }
+            let unreadable = |why: String| {
+                EngineError::Replication(format!(
+                    "group {} cannot be read consistently at the moment ({why}); retry",
+                    group.index()
+                ))
+            };
+            let Route::Forward { node: leader, .. } = self.route_to(group) else {
+                return Err(unreadable("no leader, or this node lags".into()));
+            };
+            let request = ListRequest {
+                prefix: prefix.to_string(),
+                after: after.map(str::to_string),
+                limit: (limit + 1) as u32,
+            };
+            let remote = self.peers_asked.list(leader, group.index(), &request).await;
+            page.extend(remote.map_err(|e| unreadable(format!("its leader, node {leader}: {e}")))?);
         }
-        Ok(crate::list_groups(&self.groups, prefix, after, limit))
+        Ok(crate::merge_listing(page, limit))
     }
 }

@@ -19,9 +19,10 @@ use rand::{Rng, SeedableRng};
 
 use crate::metrics::PeerMetrics;
 use crate::node::OpenError;
-use crate::raft::transport::{LeaderView, PeerGroup, Served, Transport};
+use crate::raft::transport::{LeaderView, ListRequest, PeerGroup, Served, Transport};
 use crate::raft::{NodeId, Raft, TypeConfig};
 use crate::BoxFuture;
+use runnel_core::listing::Listed;
 
 pub struct SimNet {
     state: Mutex<NetState>,
@@ -217,6 +218,21 @@ impl Transport for SimTransport {
             .copied()
             .filter(|n| *n != self.me)
             .collect()
+    }
+
+    fn list<'a>(
+        &'a self,
+        leader: NodeId,
+        group: u32,
+        request: &'a ListRequest,
+    ) -> BoxFuture<'a, Result<Vec<Listed>, String>> {
+        Box::pin(async move {
+            let raft = self.reach(leader, group)?;
+            let served = self.net.lock().nodes.get(&leader).cloned();
+            let served = served.ok_or_else(|| format!("node {leader} is down"))?;
+            let view = served.views.get(group as usize).ok_or("no such group")?;
+            crate::raft::transport::leader_listing(&raft, view, request).await
+        })
     }
 
     fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>> {

@@ -172,6 +172,7 @@ mod tests {
     fn listener(theirs: Option<&str>) -> Arc<Served> {
         Arc::new(Served {
             rafts: Vec::new(),
+            views: Vec::new(),
             votes: VoteGuard::new(0),
             identity: Identity::of(1, theirs, std::path::Path::new("/nonexistent")),
             retired: Box::new(|node| node == 9),

@@ -11,8 +11,8 @@ use tokio::sync::mpsc;
 
 use super::{
     hello, leader_read_index, read_frame, response_frame, status_frame, write_frames, PeerGroup,
-    Served, CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_PROBE,
-    KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
+    Served, CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_LIST,
+    KIND_PROBE, KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
 };
 use crate::raft::vote_guard::REFUSAL;
 use crate::raft::{NodeId, TypeConfig};
@@ -101,6 +101,8 @@ pub enum PeerRequest {
     Handoff(u8),
     /// Who leads the group ([`super::LeaderView`]).
     Leader,
+    /// A page of the group's streams ([`super::ListRequest`]).
+    List(super::ListRequest),
     /// Who the peer is and the cluster id it knows (only the first
     /// request of a connection: see [`hello`]).
     Hello(super::Hello),
@@ -122,6 +124,7 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
         }
         KIND_HELLO => PeerRequest::Hello(hello::decode(body)?),
         KIND_LEADER => PeerRequest::Leader,
+        KIND_LIST => PeerRequest::List(bincode::deserialize(body).map_err(bad)?),
         other => return Err(format!("unknown raft request kind {other}")),
     })
 }
@@ -140,6 +143,10 @@ async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Ve
         PeerRequest::Probe => bincode::serialize(&PeerGroup::of(raft).await),
         PeerRequest::ReadIndex => bincode::serialize(&leader_read_index(raft).await?),
         PeerRequest::Leader => bincode::serialize(&super::LeaderView::of(raft)),
+        PeerRequest::List(request) => {
+            let view = served.views.get(group as usize).ok_or("no such group")?;
+            bincode::serialize(&super::leader_listing(raft, view, &request).await?)
+        }
         PeerRequest::Handoff(role) => {
             crate::raft::rebalance::on_handoff(raft, role);
             bincode::serialize(&())

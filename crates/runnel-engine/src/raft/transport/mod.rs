@@ -32,6 +32,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::vote_guard::VoteGuard;
 use super::{NodeId, Raft, TypeConfig};
 use crate::cluster::identity::Identity;
+use runnel_core::listing::Listed;
 
 mod hello;
 mod leader_view;
@@ -62,6 +63,11 @@ const KIND_HELLO: u8 = 7;
 /// Who leads a group, as the receiver knows it ([`LeaderView`]): asked by
 /// a node that holds no copy of the group, to route to its leader.
 const KIND_LEADER: u8 = 8;
+/// A page of the streams of a group the receiver leads ([`ListRequest`]):
+/// asked by a node listing streams of a group it holds no copy of.
+const KIND_LIST: u8 = 9;
+/// Most streams one listing request answers.
+const MAX_LISTED: u32 = 10_000;
 /// Largest frame accepted (a batch of entries of the largest record size).
 const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -101,6 +107,8 @@ type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, String>>>>;
 /// each (see [`VoteGuard`]).
 pub(crate) struct Served {
     pub rafts: Vec<Raft>,
+    /// Each group's applied state, for listings asked of its leader.
+    pub views: Vec<crate::view::GroupView>,
     pub votes: VoteGuard,
     /// The cluster this node belongs to, checked in every hello.
     pub identity: Arc<Identity>,
@@ -287,6 +295,15 @@ impl PeerLink {
         self.call(KIND_HANDOFF, group, &[role], Duration::from_secs(1))
             .await
             .map(drop)
+    }
+
+    /// A page of `group`'s streams from this peer, its leader.
+    pub async fn list(&self, group: u32, request: &ListRequest) -> Result<Vec<Listed>, String> {
+        let body = bincode::serialize(request).map_err(|e| e.to_string())?;
+        let reply = self
+            .call(KIND_LIST, group, &body, Duration::from_secs(5))
+            .await?;
+        bincode::deserialize(&reply).map_err(|e| format!("undecodable listing: {e}"))
     }
 
     /// Who leads `group`, as this peer knows.
@@ -494,6 +511,14 @@ pub(crate) trait Transport: Send + Sync + 'static {
         group: u32,
     ) -> crate::BoxFuture<'_, Result<LeaderView, String>>;
 
+    /// A page of `group`'s streams from `leader`.
+    fn list<'a>(
+        &'a self,
+        leader: NodeId,
+        group: u32,
+        request: &'a ListRequest,
+    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>>;
+
     /// Asks `node` to play `role` in a handover of `group`.
     fn handoff(
         &self,
@@ -520,6 +545,13 @@ pub(crate) trait PeerQueries: Send + Sync {
         node: NodeId,
         group: u32,
     ) -> crate::BoxFuture<'_, Result<LeaderView, String>>;
+
+    fn list<'a>(
+        &'a self,
+        leader: NodeId,
+        group: u32,
+        request: &'a ListRequest,
+    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>>;
 }
 
 impl<T: Transport> PeerQueries for T {
@@ -538,6 +570,37 @@ impl<T: Transport> PeerQueries for T {
     ) -> crate::BoxFuture<'_, Result<LeaderView, String>> {
         Transport::leader_view(self, node, group)
     }
+
+    fn list<'a>(
+        &'a self,
+        leader: NodeId,
+        group: u32,
+        request: &'a ListRequest,
+    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>> {
+        Transport::list(self, leader, group, request)
+    }
+}
+
+/// A page of a group's streams: those named with `prefix`, after `after`,
+/// at most `limit` (capped at [`MAX_LISTED`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListRequest {
+    pub prefix: String,
+    pub after: Option<String>,
+    pub limit: u32,
+}
+
+/// The leader's side of a listing: once leadership is confirmed and every
+/// committed entry applied, the page from its state.
+pub(crate) async fn leader_listing(
+    raft: &Raft,
+    view: &crate::view::GroupView,
+    request: &ListRequest,
+) -> Result<Vec<Listed>, String> {
+    leader_read_index(raft).await?;
+    let limit = request.limit.min(MAX_LISTED) as usize;
+    let now = crate::now_ms();
+    Ok(view.with_state(|s| s.list(&request.prefix, request.after.as_deref(), limit, now)))
 }
 
 /// The leader's side of a read index: confirms leadership with a quorum
@@ -685,6 +748,21 @@ impl Transport for TcpTransport {
 
     fn peer_ids(&self) -> Vec<NodeId> {
         self.links.all().iter().map(|link| link.peer).collect()
+    }
+
+    fn list<'a>(
+        &'a self,
+        leader: NodeId,
+        group: u32,
+        request: &'a ListRequest,
+    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>> {
+        Box::pin(async move {
+            let link = self
+                .links
+                .get(leader)
+                .ok_or_else(|| format!("node {leader} is not among the peers"))?;
+            link.list(group, request).await
+        })
     }
 
     fn leader_view(
