@@ -91,6 +91,9 @@ pub enum EngineError {
     /// slow): writes wait until the tierer catches up.
     #[error("{untiered} bytes wait to be moved to the object store, more than the {cap} allowed; retry later")]
     TierBacklog { untiered: u64, cap: u64 },
+    /// Something this server cannot do yet in this configuration.
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl EngineError {
@@ -162,6 +165,13 @@ pub trait NodeEngine: Send + Sync + 'static {
     /// leadership can move under a request.
     fn replicated(&self) -> bool {
         false
+    }
+
+    /// Whether every node holds a copy of every group, as far as this
+    /// node can tell (false in a cluster placing groups on fewer nodes
+    /// than it has: see `cluster::hosting`).
+    fn every_node_holds_every_group(&self) -> bool {
+        true
     }
 
     /// How this node names itself to others (its node id in a cluster).

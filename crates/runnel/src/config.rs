@@ -124,6 +124,13 @@ pub struct ServeArgs {
     /// often [default: 350].
     #[arg(long)]
     pub election_timeout_ms: Option<u64>,
+    /// In a cluster, how many nodes hold each group's replicas: a new
+    /// cluster forms each group on this many of its nodes, and `runnel
+    /// ctl node` keeps to it as nodes come and go. Group 0 (the cluster's
+    /// metadata and subscriptions) is on every node. Give every node the
+    /// same [default: 3].
+    #[arg(long)]
+    pub replication_factor: Option<u64>,
     /// In a cluster, how long a request that meets a leadership change
     /// (no leader yet, a deposed or unreachable one) waits for the new
     /// leader and is retried inside the cluster before the client gets
@@ -254,6 +261,8 @@ pub struct ClusterSettings {
     pub join: Option<crate::join::Join>,
     /// `--cluster-id`: the cluster this node must belong to.
     pub cluster_id: Option<String>,
+    /// `--replication-factor`: replicas of each data group.
+    pub replication: usize,
 }
 
 /// Everything `serve` needs, resolved.
@@ -454,12 +463,18 @@ impl ServeArgs {
                     }
                     other => other.map(Duration::from_millis),
                 };
+                let replication = match pick!(replication_factor) {
+                    Some(0) => return Err("replication-factor must be at least 1".into()),
+                    Some(r) => r as usize,
+                    None => runnel_engine::cluster::DEFAULT_REPLICATION,
+                };
                 Some(ClusterSettings {
                     node_id,
                     peers,
                     election_timeout,
                     join,
                     cluster_id,
+                    replication,
                 })
             }
         };

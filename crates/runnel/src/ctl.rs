@@ -12,6 +12,7 @@ use std::time::Duration;
 use clap::Subcommand;
 
 pub(crate) mod membership;
+mod placing;
 
 #[derive(Subcommand)]
 pub enum CtlCommand {
@@ -57,10 +58,12 @@ pub enum CtlCommand {
 /// Cluster membership.
 #[derive(Subcommand)]
 pub enum NodeCommand {
-    /// Make a running node a member of every group: a learner first,
-    /// caught up by snapshot and log, then a voter. Start the new node
-    /// first, with `--peers` naming the existing nodes and itself (a
-    /// node started with `--join` does this by itself).
+    /// Make a running node a member: it joins group 0 and takes its
+    /// share of the other groups' replicas, moved from the busiest nodes
+    /// (each a learner first, caught up by snapshot and log, then a
+    /// voter, then the old replica removed). Start the new node first,
+    /// with `--peers` naming the existing nodes and itself (a node
+    /// started with `--join` does this by itself).
     Add {
         /// The new node's id (unique in the cluster).
         #[arg(long)]
@@ -71,18 +74,20 @@ pub enum NodeCommand {
         #[command(flatten)]
         common: NodeArgs,
     },
-    /// Take a node out of every group. Refused for a group that would
-    /// be left without a reachable quorum. Wipe a removed node's data
-    /// directory before it serves again.
+    /// Drain a node: its replicas move to the other nodes, then it
+    /// leaves every group and is retired. Refused for a group that would
+    /// be left without a reachable quorum. A removed node serves again
+    /// only with an empty data directory and a new id.
     Remove {
         #[arg(long)]
         node_id: u64,
         #[command(flatten)]
         common: NodeArgs,
     },
-    /// Replace a node (a dead machine, say) by a new one: the new node is
-    /// added to every group first, so the groups never have fewer
-    /// replicas than before, then the old one is removed.
+    /// Replace a node (a dead machine, say) by a new one: each replica
+    /// of the old node is replaced by one elsewhere (mostly on the new
+    /// node), added before the old one is removed, so the groups never
+    /// have fewer replicas than before; then the old node is retired.
     Replace {
         /// The node that goes.
         #[arg(long)]

@@ -197,21 +197,12 @@ fn groups_in_meta(text: &str) -> Option<u32> {
         .and_then(|n| n.trim().parse().ok())
 }
 
-/// Makes this node a voter of every group through the member it joined
-/// by; blocks until done or refused (run on a blocking thread).
-pub fn become_member(join: &Join, node_id: u64) -> Result<usize, String> {
-    membership::every_group(
-        &join.node_args(),
-        &format!("add={node_id}&addr={}", join.addr),
-        |group, report| {
-            tracing::info!(
-                group,
-                voters = %report["voters"],
-                learners = %report["learners"],
-                "a member of the group"
-            );
-        },
-    )
+/// Makes this node a member through the member it joined by: it joins
+/// group 0 and takes its share of the other groups' replicas (as `runnel
+/// ctl node add` does); blocks until done or refused (run on a blocking
+/// thread). Answers how many groups it holds, and how many there are.
+pub fn become_member(join: &Join, node_id: u64) -> Result<(usize, usize), String> {
+    membership::add(&join.node_args(), node_id, &join.addr.to_string())
 }
 
 /// What a member's status says of the cluster.

@@ -146,6 +146,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 }
                 config.tls = settings.cluster_tls.clone();
                 config.cluster_id = cluster.cluster_id.clone();
+                config.replication = cluster.replication;
                 ClusterNode::open(&config)
                     .await
                     .map_err(|e| e.to_string())?
@@ -156,7 +157,9 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 let node_id = cluster.node_id;
                 // Through the member it joined by, once this node answers.
                 tokio::task::spawn_blocking(move || match join::become_member(&join, node_id) {
-                    Ok(groups) => tracing::info!(groups, "joined: a voter of every group"),
+                    Ok((held, groups)) => {
+                        tracing::info!(held, groups, "joined: holds its share of the groups")
+                    }
                     Err(reason) => tracing::error!(
                         %reason,
                         "joining stopped; start this node again, or finish with \

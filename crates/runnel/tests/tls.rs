@@ -302,6 +302,8 @@ async fn a_cluster_on_mutual_tls_refuses_a_rogue_peer_and_admits_a_certified_new
                     "--peers",
                     &peers,
                 ])
+                // Every node holds every group, the newcomer included.
+                .args(["--replication-factor", "4"])
                 .args(["--groups", "3", "--data-dir"])
                 .arg(dir.path().join(format!("n{}", i + 1)))
                 .args(["--cluster-ca", &path(ca.path(), "ca.pem")])

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use openraft::BasicNode;
 
+use crate::placement::Placement;
 use crate::raft::group::RaftGroup;
 use crate::raft::transport::{Served, Transport};
 use crate::raft::NodeId;
@@ -16,9 +17,11 @@ use crate::MaintainedGroup;
 /// How often an empty node asks its peers again while none answers.
 const PROBE_AGAIN: Duration = Duration::from_millis(200);
 
-/// Forms new groups and balances leadership. Each group has a preferred
-/// leader (`group % nodes` in node-id order). A node initializes the new
-/// groups it prefers at once (openraft then elects it) and holds back, for
+/// Forms new groups and balances leadership. Each group is formed on the
+/// nodes `placement` names for it (all of them for group 0, and while the
+/// replication factor is at least the node count), and has a preferred
+/// leader among them (`group % replicas` in node-id order). A node
+/// initializes the new groups it prefers at once (openraft then elects it) and holds back, for
 /// a few election timeouts, its election timer in the others, so
 /// leadership starts out balanced. A group whose preferred node is down
 /// when the cluster first forms is initialized by the others once they
@@ -32,13 +35,20 @@ pub(super) async fn form_and_balance(
     groups: Vec<Arc<RaftGroup>>,
     me: NodeId,
     members: BTreeMap<NodeId, BasicNode>,
+    placement: Placement,
     transport: Arc<impl Transport>,
     served: Arc<Served>,
     hold_back: Duration,
 ) {
-    let nodes: Vec<NodeId> = members.keys().copied().collect();
-    let Some(rank) = nodes.iter().position(|n| *n == me) else {
+    if !members.contains_key(&me) {
         return;
+    }
+    // Where each group is formed, and who should lead it: the voter
+    // `g mod voters` in node-id order, as `raft::rebalance` hands back to.
+    let placed = |g: &RaftGroup| -> Vec<NodeId> {
+        let mut nodes = placement.groups[g.index() as usize].clone();
+        nodes.sort_unstable();
+        nodes
     };
     let mut held = Vec::new();
     for group in &groups {
@@ -46,7 +56,7 @@ pub(super) async fn form_and_balance(
         let mut peers = transport.probe_peers(group.index()).await;
         // An empty node cannot tell a forming cluster from one it lost its
         // disk in until a peer answers: it must not vote before then.
-        if !have && peers.answered == 0 && nodes.len() > 1 {
+        if !have && peers.answered == 0 && members.len() > 1 {
             tracing::info!(
                 group = group.index(),
                 "no peer answers yet: waiting for one before this empty node votes"
@@ -77,9 +87,16 @@ pub(super) async fn form_and_balance(
             ));
         }
     }
-    let preferred = |g: &RaftGroup| g.index() as usize % nodes.len() == rank;
+    let preferred = |g: &RaftGroup| {
+        let nodes = placed(g);
+        nodes[g.index() as usize % nodes.len()] == me
+    };
     let form = |group: Arc<RaftGroup>| {
-        let (members, transport) = (members.clone(), Arc::clone(&transport));
+        let transport = Arc::clone(&transport);
+        let members: BTreeMap<NodeId, BasicNode> = placed(&group)
+            .into_iter()
+            .map(|n| (n, members[&n].clone()))
+            .collect();
         async move {
             if group.raft().is_initialized().await.unwrap_or(true)
                 || transport.probe_peers(group.index()).await.initialized
@@ -91,12 +108,13 @@ pub(super) async fn form_and_balance(
             }
         }
     };
-    // A held group's elections are left to its vote guard.
-    let left_alone = |g: &RaftGroup| held.contains(&g.index());
+    // A held group's elections are left to its vote guard; a group placed
+    // on other nodes is theirs to form.
+    let left_alone = |g: &RaftGroup| held.contains(&g.index()) || !placed(g).contains(&me);
     for group in groups.iter().filter(|g| !preferred(g) && !left_alone(g)) {
         group.raft().runtime_config().elect(false);
     }
-    for group in groups.iter().filter(|g| preferred(g)) {
+    for group in groups.iter().filter(|g| preferred(g) && !left_alone(g)) {
         form(Arc::clone(group)).await;
     }
     // A running cluster's leaders make themselves known within a heartbeat

@@ -189,6 +189,18 @@ pub(crate) fn is_member(group: &RaftGroup, me: NodeId) -> bool {
         .is_some()
 }
 
+/// Whether this node's copy of `group` has applied a membership that
+/// leaves this node out.
+fn removed_here(group: &RaftGroup, me: NodeId) -> bool {
+    let metrics = group.raft().metrics();
+    let metrics = metrics.borrow();
+    let stored = &metrics.membership_config;
+    let membership = stored.membership();
+    membership.nodes().next().is_some()
+        && membership.get_node(&me).is_none()
+        && *stored.log_id() <= metrics.last_applied
+}
+
 /// Whether this node holds a copy of `group`: a member that has not left.
 pub(crate) fn holds(group: &RaftGroup, me: NodeId, hosting: &Hosting) -> bool {
     !hosting.has_left(group.index()) && is_member(group, me)
@@ -212,24 +224,37 @@ pub(super) async fn follow_groups<T: Transport>(
             let index = group.index();
             if !holds(group, me, &hosting) {
                 leaderless_since.remove(&index);
-                if !hosting.fresh_hint(index) {
-                    let found = find_leader(&*transport, index, hosting.hint(index)).await;
-                    let hint = found.and_then(|(leader, view)| {
-                        let (_, raft_addr) = view.leader?;
-                        Some(Hint {
-                            leader,
-                            addr: http_addr(&raft_addr).ok()?,
-                            learnt: tokio::time::Instant::now(),
-                            // An answer without the membership (the
-                            // leader itself did not answer) changes
-                            // nothing about it.
-                            elsewhere: view
-                                .members
-                                .map_or(hosting.elsewhere(index), |(m, _)| !m.contains(&me)),
-                        })
-                    });
-                    hosting.set_hint(index, hint);
+                // A copy whose own committed membership leaves this node
+                // out (a leader that removed itself sees that first hand)
+                // is dropped once the group's leader confirms it. A node
+                // being added may apply older memberships without it
+                // first: its leader's has it.
+                let maybe_removed = !hosting.has_left(index) && removed_here(group, me);
+                if hosting.fresh_hint(index) && !maybe_removed {
+                    continue;
                 }
+                let found = find_leader(&*transport, index, hosting.hint(index)).await;
+                let confirmed = found
+                    .as_ref()
+                    .and_then(|(_, view)| view.members.as_ref())
+                    .is_some_and(|(members, committed)| *committed && !members.contains(&me));
+                if maybe_removed && confirmed {
+                    leave(group, shared, &hosting, &log).await;
+                }
+                let hint = found.and_then(|(leader, view)| {
+                    let (_, raft_addr) = view.leader?;
+                    Some(Hint {
+                        leader,
+                        addr: http_addr(&raft_addr).ok()?,
+                        learnt: tokio::time::Instant::now(),
+                        // An answer without the membership (the leader
+                        // itself did not answer) changes nothing about it.
+                        elsewhere: view
+                            .members
+                            .map_or(hosting.elsewhere(index), |(m, _)| !m.contains(&me)),
+                    })
+                });
+                hosting.set_hint(index, hint);
                 continue;
             }
             hosting.set_hint(index, None);

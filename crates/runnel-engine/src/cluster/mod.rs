@@ -36,6 +36,7 @@ use crate::node::{
     check_meta, group_index, open_log, refuse_collected_log_without_checkpoint, EngineConfig,
     OpenError,
 };
+use crate::placement;
 use crate::raft::collect::Collector;
 use crate::raft::group::RaftGroup;
 use crate::raft::journal::{Durability, GroupLog, JournalStore};
@@ -86,7 +87,14 @@ pub struct ClusterConfig {
     /// The cluster id this node must belong to (`--cluster-id`), and the
     /// one a new cluster takes when this node names it ([`identity`]).
     pub cluster_id: Option<String>,
+    /// Replicas of each data group (`--replication-factor`): where a new
+    /// cluster forms its groups, and what `runnel ctl node` places by.
+    /// Group 0 is on every node.
+    pub replication: usize,
 }
+
+/// Replicas of each data group unless `--replication-factor` says.
+pub const DEFAULT_REPLICATION: usize = 3;
 
 impl ClusterConfig {
     pub fn new(engine: EngineConfig, node_id: NodeId, peers: BTreeMap<NodeId, String>) -> Self {
@@ -99,6 +107,7 @@ impl ClusterConfig {
             manual_commit: false,
             tls: None,
             cluster_id: None,
+            replication: DEFAULT_REPLICATION,
         }
     }
 }
@@ -125,6 +134,8 @@ pub struct ClusterNode {
     /// The groups this node left, and their leaders when it holds none.
     hosting: Arc<Hosting>,
     control: Control,
+    /// Replicas of each data group (`--replication-factor`).
+    replication: usize,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -358,10 +369,18 @@ impl ClusterNode {
         });
         let mut tasks = transport.serve(Arc::clone(&served)).await?;
 
+        let ids: Vec<NodeId> = members.keys().copied().collect();
+        let placement = placement::cluster_target(
+            &placement::Placement::default(),
+            &ids,
+            groups.len(),
+            config.replication,
+        );
         tasks.push(tokio::spawn(formation::form_and_balance(
             groups.clone(),
             config.node_id,
             members,
+            placement,
             Arc::clone(&transport),
             Arc::clone(&served),
             config.election_timeout.1 * 3,
@@ -442,6 +461,7 @@ impl ClusterNode {
             },
             data_dir: engine.data_dir.clone(),
             hosting,
+            replication: config.replication,
             tasks,
         }))
     }
@@ -477,21 +497,32 @@ impl ClusterNode {
         hosting::holds(group, self.node_id, &self.hosting)
     }
 
+    /// Whether `group` is served by other nodes, this one not among its
+    /// members: it left the group, its copy's membership leaves it out,
+    /// or the group's leader says it is no member. (An empty copy of a
+    /// group whose leader counts this node, one that lost its disk, is
+    /// not: it is catching up.)
+    pub fn held_elsewhere(&self, group: &RaftGroup) -> bool {
+        let index = group.index();
+        !self.holds(group)
+            && (self.hosting.has_left(index)
+                || self.hosting.elsewhere(index)
+                || !group.members().is_empty())
+    }
+
     /// Where requests for `group` are served: here, at its leader, or
     /// nowhere for now. A group this node holds no copy of is served at
     /// the leader its peers name.
     fn route_to(&self, group: &RaftGroup) -> Route {
-        let leader = match self.hosting.has_left(group.index()) {
-            false => group.leader(),
-            true => None,
-        };
-        if leader.is_none() && !self.holds(group) {
+        // Not a member (any more): whatever this node's copy says of the
+        // leader is stale; a removed leader may still name itself.
+        if !self.holds(group) {
             return match self.hosting.hint(group.index()) {
                 Some((node, addr)) if node != self.node_id => Route::Forward { node, addr },
                 _ => Route::NoLeader,
             };
         }
-        match leader {
+        match group.leader() {
             Some(leader) if leader == self.node_id => Route::Local,
             Some(leader) => match self
                 .peers
@@ -591,20 +622,14 @@ impl NodeEngine for ClusterNode {
         }
         for group in &self.groups {
             let index = group.index();
-            if !self.holds(group) {
-                // Its leader says this node is no member: served there.
-                if self.hosting.elsewhere(index) {
-                    continue;
-                }
-                // Left, or removed and not yet found out: it cannot route
-                // there before a peer names the leader. (An empty copy is
-                // a node that lost its disk, or is joining: it waits as a
-                // member does, below.)
-                if self.hosting.has_left(index) || !group.members().is_empty() {
+            if self.held_elsewhere(group) {
+                // Served there: this node needs only to know where.
+                if self.hosting.hint(index).is_none() {
                     return Some(format!(
                         "group {index}: held elsewhere, its leader not known yet"
                     ));
                 }
+                continue;
             }
             if self.served.votes.refuses(index, group.raft()) {
                 return Some(format!("group {index}: catching up after losing its state"));
@@ -664,6 +689,22 @@ impl NodeEngine for ClusterNode {
 
     fn replicated(&self) -> bool {
         true
+    }
+
+    fn every_node_holds_every_group(&self) -> bool {
+        let everyone: std::collections::BTreeSet<NodeId> = self.groups[control::CONTROL_GROUP]
+            .members()
+            .into_iter()
+            .map(|(node, _)| node)
+            .collect();
+        self.groups.iter().all(|g| {
+            self.holds(g)
+                && g.members()
+                    .into_iter()
+                    .map(|(node, _)| node)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    == everyone
+        })
     }
 
     fn read_barrier<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {

@@ -70,6 +70,7 @@ impl ClusterNode {
             votes: false,
             voters: Vec::new(),
             learners: Vec::new(),
+            changing: false,
         }
     }
 
@@ -81,7 +82,7 @@ impl ClusterNode {
             .groups
             .iter()
             .map(|g| {
-                if !self.holds(g) {
+                if self.held_elsewhere(g) {
                     return self.elsewhere_status(g.index());
                 }
                 let mut status = g.status();
@@ -93,6 +94,7 @@ impl ClusterNode {
             "mode": "cluster",
             "node_id": self.node_id,
             "cluster_id": self.cluster_id(),
+            "replication_factor": self.replication,
             "retired_nodes": self.groups[crate::control::CONTROL_GROUP]
                 .view()
                 .with_state(|s| s.retired_nodes().collect::<Vec<_>>()),

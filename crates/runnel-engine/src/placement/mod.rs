@@ -3,9 +3,10 @@
 //!
 //! Pure functions of the cluster's members and the current placement, so
 //! they are tested exhaustively and by properties: [`target`] computes
-//! the placement to converge to, [`moves`] the single-replica moves that
-//! get there. The meta group's leader will apply them one step at a time
-//! (not wired yet: today every node holds every group).
+//! the placement to converge to, [`cluster_target`] that of a cluster
+//! (group 0 on every member), [`moves`] the single-replica moves that get
+//! there. A new cluster forms on [`cluster_target`]; `runnel ctl node`
+//! adds, drains and replaces nodes by applying [`moves`], one at a time.
 
 #[cfg(test)]
 mod tests;
@@ -135,6 +136,34 @@ pub fn target(
         *load.get_mut(&idlest).expect("member") += 1;
     }
     balance_leaders(&mut groups, &members);
+    Placement { groups }
+}
+
+/// The placement of a cluster's groups: group 0 (the control group: the
+/// cluster's metadata and subscriptions) on every member, the data
+/// groups `1..group_count` placed by [`target`] with `replication`
+/// replicas each. Group 0's first replica is kept while it is a member.
+pub fn cluster_target(
+    current: &Placement,
+    members: &[NodeId],
+    group_count: usize,
+    replication: usize,
+) -> Placement {
+    assert!(group_count >= 1, "a cluster has group 0");
+    let data_now = Placement {
+        groups: current.groups.iter().skip(1).cloned().collect(),
+    };
+    let data = target(&data_now, members, group_count - 1, replication);
+    let mut everyone: Vec<NodeId> = members.to_vec();
+    everyone.sort_unstable();
+    everyone.dedup();
+    if let Some(first) = current.groups.first().and_then(|g| g.first()) {
+        if let Some(at) = everyone.iter().position(|n| n == first) {
+            everyone[..=at].rotate_right(1);
+        }
+    }
+    let mut groups = vec![everyone];
+    groups.extend(data.groups);
     Placement { groups }
 }
 

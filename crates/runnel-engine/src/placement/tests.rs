@@ -178,3 +178,36 @@ proptest! {
         prop_assert!(moved.iter().all(|m| m.to == Some(newcomer)));
     }
 }
+
+#[test]
+fn the_control_group_is_on_every_member_and_the_data_groups_are_balanced() {
+    for nodes in 1..=7u64 {
+        let members: Vec<NodeId> = (1..=nodes).collect();
+        for group_count in 1..=9 {
+            let placed = cluster_target(&Placement::default(), &members, group_count, 3);
+            assert_eq!(placed.groups.len(), group_count);
+            let mut zero = placed.groups[0].clone();
+            zero.sort_unstable();
+            assert_eq!(zero, members, "group 0 of {placed:?}");
+            let data = Placement {
+                groups: placed.groups[1..].to_vec(),
+            };
+            check(&data, &members, group_count - 1, 3);
+        }
+    }
+}
+
+#[test]
+fn the_control_group_keeps_its_first_replica_while_it_is_a_member() {
+    let current = Placement {
+        groups: vec![vec![3, 1, 2], vec![1, 2, 3]],
+    };
+    let placed = cluster_target(&current, &[1, 2, 3, 4], 2, 3);
+    assert_eq!(placed.groups[0], vec![3, 1, 2, 4]);
+    let placed = cluster_target(&current, &[1, 2, 4], 2, 3);
+    assert_eq!(placed.groups[0], vec![1, 2, 4]);
+    // Its data group keeps three replicas, on the remaining members.
+    let mut data = placed.groups[1].clone();
+    data.sort_unstable();
+    assert_eq!(data, vec![1, 2, 4]);
+}

@@ -70,6 +70,8 @@ pub struct GroupStatus {
     /// The group's members as this node knows them.
     pub voters: Vec<NodeId>,
     pub learners: Vec<NodeId>,
+    /// A membership change is under way (a joint configuration).
+    pub changing: bool,
 }
 
 impl RaftGroup {
@@ -217,6 +219,12 @@ impl RaftGroup {
                 .membership()
                 .learner_ids()
                 .collect(),
+            changing: metrics
+                .membership_config
+                .membership()
+                .get_joint_config()
+                .len()
+                > 1,
         }
     }
 

@@ -111,6 +111,12 @@ pub async fn deliver(app: Weak<App>) {
                 state.dirty.extend(link_and_unlink(&app, changed).await);
             }
             if reconciled.elapsed() >= RECONCILE_EVERY {
+                if !app.node.every_node_holds_every_group() {
+                    tracing::warn!(
+                        "subscriptions see only the groups this node holds: the cluster places \
+                         groups on fewer nodes than it has"
+                    );
+                }
                 state.dirty.extend(reconcile(&app).await);
                 reconciled = Instant::now();
             }

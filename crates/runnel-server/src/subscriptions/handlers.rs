@@ -311,6 +311,15 @@ async fn fresh_tail(app: &AppState, stream: &str) -> Option<u64> {
 }
 
 async fn put(app: &AppState, id: String, request: Request) -> Result<Response, ApiError> {
+    // Delivery reads every stream's tail at the control group's leader.
+    if !app.node.every_node_holds_every_group() {
+        return Err(runnel_engine::EngineError::Unsupported(
+            "subscriptions need every node to hold every group; this cluster places groups on \
+             fewer nodes than it has (--replication-factor below the node count)"
+                .into(),
+        )
+        .into());
+    }
     let base = base_url(app, &request);
     let (request, bytes) = split(request).await?;
     let config = Config::parse(&bytes, &app.config.webhook_policy)?;

@@ -5,8 +5,10 @@
 //! two changes that move one group's replica. Every step is idempotent:
 //! a command cut short is finished by running it again.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use super::placing::{place, print, Layout};
 use super::{http_exchange, http_request, NodeArgs, NodeCommand};
 
 /// Pause between attempts at a group whose leader is changing.
@@ -19,13 +21,20 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
             addr,
             common,
         } => {
-            check_newcomer(&common, node_id, &addr)?;
-            let done = every_group(&common, &format!("add={node_id}&addr={addr}"), print)?;
-            println!("node {node_id} added in all {done} groups");
+            let (held, groups) = add(&common, node_id, &addr)?;
+            println!("node {node_id} added: it holds {held} of the {groups} groups");
         }
         NodeCommand::Remove { node_id, common } => {
+            let layout = Layout::read(&common)?;
+            let mut members: BTreeSet<u64> = layout.nodes.keys().copied().collect();
+            members.remove(&node_id);
+            if members.is_empty() {
+                return Err(format!("node {node_id} is the cluster's last node"));
+            }
+            warn_if_short(&layout, members.len());
+            let moved = place(&common, &layout, &members, &BTreeMap::new())?;
             let done = every_group(&common, &format!("remove={node_id}"), print)?;
-            println!("node {node_id} removed in all {done} groups");
+            println!("node {node_id} removed in all {done} groups ({moved} replica moves)");
             retire(&common, node_id)?;
         }
         NodeCommand::Replace {
@@ -35,9 +44,17 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
             common,
         } => {
             check_newcomer(&common, new_node_id, &addr)?;
-            every_group(&common, &format!("add={new_node_id}&addr={addr}"), print)?;
+            let layout = Layout::read(&common)?;
+            let mut members: BTreeSet<u64> = layout.nodes.keys().copied().collect();
+            members.remove(&node_id);
+            members.insert(new_node_id);
+            let addrs = BTreeMap::from([(new_node_id, addr)]);
+            let moved = place(&common, &layout, &members, &addrs)?;
             let done = every_group(&common, &format!("remove={node_id}"), print)?;
-            println!("node {node_id} replaced by node {new_node_id} in all {done} groups");
+            println!(
+                "node {node_id} replaced by node {new_node_id} in all {done} groups ({moved} \
+                 replica moves)"
+            );
             retire(&common, node_id)?;
         }
         NodeCommand::Move {
@@ -52,6 +69,38 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Makes `node_id`, running at `addr`, a member: it joins group 0 and
+/// takes its share of the other groups' replicas. Answers how many groups
+/// it holds, and how many there are.
+pub(crate) fn add(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(usize, usize), String> {
+    check_newcomer(args, node_id, addr)?;
+    let layout = Layout::read(args)?;
+    let mut members: BTreeSet<u64> = layout.nodes.keys().copied().collect();
+    members.insert(node_id);
+    let addrs = BTreeMap::from([(node_id, addr.to_string())]);
+    place(args, &layout, &members, &addrs)?;
+    let after = Layout::read(args)?;
+    let held = after
+        .placement
+        .groups
+        .iter()
+        .filter(|g| g.contains(&node_id))
+        .count();
+    Ok((held, after.placement.groups.len()))
+}
+
+/// Says so when fewer nodes remain than the replication factor: each
+/// group then has one replica per node.
+fn warn_if_short(layout: &Layout, remaining: usize) {
+    if remaining < layout.replication {
+        eprintln!(
+            "warning: {remaining} nodes remain, fewer than the replication factor {}: each \
+             group keeps {remaining} replicas",
+            layout.replication
+        );
+    }
 }
 
 /// Refuses a node to add that is not running at `addr`, is not a
@@ -147,19 +196,6 @@ fn retire(args: &NodeArgs, node_id: u64) -> Result<(), String> {
     Ok(())
 }
 
-/// Prints a group's membership after a change, on stderr.
-fn print(group: usize, report: &serde_json::Value) {
-    let unchanged = if report["changed"] == false {
-        " (already so)"
-    } else {
-        ""
-    };
-    eprintln!(
-        "group {group}: voters {} learners {}{unchanged}",
-        report["voters"], report["learners"]
-    );
-}
-
 /// Applies the change `query` describes to every group, one at a time,
 /// handing each group's membership after it to `done`; answers how many
 /// groups there are.
@@ -196,7 +232,11 @@ pub(crate) fn every_group(
 }
 
 /// Sends one group's change until it is done, refused, or time runs out.
-fn change_group(args: &NodeArgs, path: &str, group: usize) -> Result<serde_json::Value, String> {
+pub(crate) fn change_group(
+    args: &NodeArgs,
+    path: &str,
+    group: usize,
+) -> Result<serde_json::Value, String> {
     let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
     loop {
         let left = deadline.saturating_duration_since(Instant::now());

@@ -6,6 +6,8 @@ pub mod cluster;
 pub mod membership;
 #[allow(dead_code)] // only the tiering tests need an S3 server
 pub mod s3;
+#[allow(dead_code)] // only the membership tests write while members change
+pub mod writers;
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -302,7 +304,16 @@ pub async fn idempotent_append(
         .body(message.to_string())
         .send()
         .await
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| {
+            // With its causes: "error sending request" alone says little.
+            let mut reason = e.to_string();
+            let mut source = std::error::Error::source(&e);
+            while let Some(cause) = source {
+                reason.push_str(&format!(": {cause}"));
+                source = cause.source();
+            }
+            reason
+        })?;
     if answer.status().is_success() {
         return Ok(());
     }

@@ -1,0 +1,230 @@
+//! Placing replicas as nodes come and go: `runnel ctl node add`, `remove`
+//! and `replace` (and `runnel serve --join`) read where each group's
+//! replicas are from the members' statuses, compute the placement the
+//! cluster should have with the new set of nodes (group 0 on every node,
+//! each other group on `replication_factor` of them, balanced:
+//! `runnel_engine::placement`), and apply the moves between the two one
+//! at a time: the receiving node is added to the group (a learner caught
+//! up, then a voter) before the giving node is removed, so a group never
+//! has fewer replicas than before. Each step is idempotent and the
+//! placement is read afresh on every run, so a command cut short is
+//! finished by running it again.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use runnel_engine::placement::{self, Placement};
+
+use super::membership::change_group;
+use super::{http_request, NodeArgs};
+
+/// Where the cluster's replicas are, as its members report them.
+#[derive(Debug)]
+pub(crate) struct Layout {
+    /// Every member's HTTP address.
+    pub nodes: BTreeMap<u64, String>,
+    /// Each group's voters, the leader first.
+    pub placement: Placement,
+    pub replication: usize,
+}
+
+impl Layout {
+    /// Reads the layout from `args.target` and the members it names,
+    /// again while a group's leader does not answer or a membership
+    /// change is under way (at most `args.timeout_secs`).
+    pub(crate) fn read(args: &NodeArgs) -> Result<Layout, String> {
+        let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
+        loop {
+            match Layout::read_once(args)? {
+                Ok(layout) => return Ok(layout),
+                Err(wait) if Instant::now() + READ_AGAIN < deadline => {
+                    eprintln!("{wait}; reading the placement again");
+                    std::thread::sleep(READ_AGAIN);
+                }
+                Err(wait) => return Err(format!("{wait}; run the command again")),
+            }
+        }
+    }
+
+    /// The layout, or why it cannot be read yet.
+    fn read_once(args: &NodeArgs) -> Result<Result<Layout, String>, String> {
+        let status = fetch(args, &args.target)?;
+        if status["mode"] != "cluster" {
+            return Err(format!(
+                "{} is a single node: it has no membership to change",
+                args.target
+            ));
+        }
+        let retired: BTreeSet<u64> = ids(&status["retired_nodes"]).into_iter().collect();
+        let nodes: BTreeMap<u64, String> = status["nodes"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(id, addr)| Some((id.parse().ok()?, addr.as_str()?.to_string())))
+            .filter(|(id, _)| !retired.contains(id))
+            .collect();
+        let scheme = args.target.split("://").next().unwrap_or("http");
+        let mut statuses = vec![status.clone()];
+        for addr in nodes.values() {
+            // A member that does not answer (a dead node being replaced)
+            // tells nothing; the others do.
+            if let Ok(status) = fetch(args, &format!("{scheme}://{addr}")) {
+                statuses.push(status);
+            }
+        }
+        Ok(placement_of(&statuses).map(|placement| Layout {
+            replication: status["replication_factor"]
+                .as_u64()
+                .map_or(runnel_engine::cluster::DEFAULT_REPLICATION, |r| r as usize),
+            placement,
+            nodes,
+        }))
+    }
+}
+
+/// Pause before the placement is read again.
+const READ_AGAIN: Duration = Duration::from_millis(500);
+
+fn fetch(args: &NodeArgs, base: &str) -> Result<serde_json::Value, String> {
+    let body = http_request(
+        "GET",
+        base,
+        "/_runnel/status",
+        args.token.as_deref(),
+        args.ca.as_deref(),
+    )?;
+    serde_json::from_str(&body)
+        .map_err(|e| format!("{base} answered with something other than JSON: {e}"))
+}
+
+fn ids(value: &serde_json::Value) -> Vec<u64> {
+    value
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(serde_json::Value::as_u64)
+        .collect()
+}
+
+/// Each group's voters, the leader first, as each group's leader reports
+/// them (another replica may lag, or have been removed without knowing
+/// it); `Err` while a group's leader did not answer, or a membership
+/// change is under way.
+fn placement_of(statuses: &[serde_json::Value]) -> Result<Placement, String> {
+    let count = statuses[0]["groups"].as_array().map_or(0, Vec::len);
+    let mut groups = Vec::with_capacity(count);
+    for g in 0..count {
+        let leader_view = statuses
+            .iter()
+            .map(|s| &s["groups"][g])
+            .zip(statuses.iter().map(|s| &s["node_id"]))
+            .find(|(v, node)| v["leader"] == **node && v["state"] != "elsewhere")
+            .map(|(v, _)| v)
+            .ok_or_else(|| format!("group {g}'s leader did not answer"))?;
+        if leader_view["changing"] == true {
+            return Err(format!("group {g} is changing its membership"));
+        }
+        let mut voters = ids(&leader_view["voters"]);
+        let leader = leader_view["leader"].as_u64();
+        if let Some(at) = voters.iter().position(|v| Some(*v) == leader) {
+            voters[..=at].rotate_right(1);
+        }
+        groups.push(voters);
+    }
+    Ok(Placement { groups })
+}
+
+/// Moves replicas until the cluster is placed as it should be with
+/// `members` (HTTP addresses of those `layout` does not know in
+/// `new_addrs`); answers how many moves it made.
+pub(crate) fn place(
+    args: &NodeArgs,
+    layout: &Layout,
+    members: &BTreeSet<u64>,
+    new_addrs: &BTreeMap<u64, String>,
+) -> Result<usize, String> {
+    let members: Vec<u64> = members.iter().copied().collect();
+    let count = layout.placement.groups.len();
+    let target = placement::cluster_target(&layout.placement, &members, count, layout.replication);
+    let moves = placement::moves(&layout.placement, &target);
+    eprintln!(
+        "replicas now {:?}; to be {:?}",
+        layout.placement.groups, target.groups
+    );
+    if moves.is_empty() {
+        eprintln!("the replicas are placed as they should be: nothing to move");
+    }
+    for m in &moves {
+        let members = format!("/_runnel/cluster/groups/{}/members", m.group);
+        if let Some(to) = m.to {
+            let addr = new_addrs
+                .get(&to)
+                .or(layout.nodes.get(&to))
+                .ok_or_else(|| format!("node {to}'s address is not known"))?;
+            let added = change_group(args, &format!("{members}?add={to}&addr={addr}"), m.group)?;
+            print(m.group, &added);
+        }
+        if let Some(from) = m.from {
+            let removed = change_group(args, &format!("{members}?remove={from}"), m.group)?;
+            print(m.group, &removed);
+        }
+    }
+    Ok(moves.len())
+}
+
+/// Prints a group's membership after a change, on stderr.
+pub(crate) fn print(group: usize, report: &serde_json::Value) {
+    let unchanged = if report["changed"] == false {
+        " (already so)"
+    } else {
+        ""
+    };
+    eprintln!(
+        "group {group}: voters {} learners {}{unchanged}",
+        report["voters"], report["learners"]
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(node: u64, groups: serde_json::Value) -> serde_json::Value {
+        serde_json::json!({ "mode": "cluster", "node_id": node, "groups": groups })
+    }
+
+    #[test]
+    fn the_placement_comes_from_each_groups_leader_with_the_leader_first() {
+        let elsewhere = serde_json::json!({ "state": "elsewhere", "leader": 2, "voters": [] });
+        let statuses = [
+            status(
+                1,
+                serde_json::json!([
+                    { "leader": 3, "voters": [1, 2, 3] },
+                    elsewhere,
+                ]),
+            ),
+            status(
+                2,
+                serde_json::json!([
+                    { "leader": 3, "voters": [1, 2, 3] },
+                    // The leader's view wins over a lagging holder's.
+                    { "leader": 2, "voters": [2, 3, 4] },
+                ]),
+            ),
+            status(
+                3,
+                serde_json::json!([
+                    { "leader": 3, "voters": [1, 2, 3] },
+                    { "leader": 2, "voters": [2, 3, 5] },
+                ]),
+            ),
+        ];
+        let placement = placement_of(&statuses).unwrap();
+        assert_eq!(placement.groups, vec![vec![3, 1, 2], vec![2, 3, 4]]);
+        assert!(
+            placement_of(&statuses[..1]).is_err(),
+            "group 1 has no holder"
+        );
+    }
+}
