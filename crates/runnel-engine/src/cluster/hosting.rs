@@ -6,8 +6,11 @@
 //! is never told so: the group's leader stops replicating to a node as
 //! soon as the change that removes it is appended. So a member that has
 //! heard no leader for a while asks its peers who leads the group
-//! ([`LeaderView`]), and asks the leader its membership; once a committed
-//! membership leaves this node out, the node drops its copy:
+//! ([`LeaderView`]), and asks the leader its membership (so does a copy
+//! whose own membership leaves it out: a leader that removed itself).
+//! Once the leader holds a committed membership that leaves this node
+//! out, set by a newer entry than this copy's own (a deposed leader's
+//! older one says nothing), the node drops its copy:
 //!
 //! 1. it shuts the group's Raft down (no more elections, no more records);
 //! 2. it notes in `DATA_DIR/left-groups` the group and the log's end
@@ -39,8 +42,8 @@ use crate::raft::group::RaftGroup;
 use crate::raft::journal::GroupLog;
 use crate::raft::snapshot;
 use crate::raft::state_machine::GroupShared;
-use crate::raft::transport::{http_addr, LeaderView, Transport};
-use crate::raft::NodeId;
+use crate::raft::transport::{http_addr, LeaderMembers, LeaderView, Transport};
+use crate::raft::{LogId, NodeId};
 use crate::MaintainedGroup;
 
 /// The file in a data directory that lists the groups this node left.
@@ -201,6 +204,26 @@ fn removed_here(group: &RaftGroup, me: NodeId) -> bool {
         && *stored.log_id() <= metrics.last_applied
 }
 
+/// The log entry that set this node's copy's membership.
+fn own_membership_at(group: &RaftGroup) -> Option<LogId> {
+    *group.raft().metrics().borrow().membership_config.log_id()
+}
+
+/// Whether a leader's `membership` removes node `me`: committed, without
+/// it, and set by an entry newer than the copy's own membership (`mine`;
+/// as new will do when the copy's own already leaves the node out). A
+/// deposed leader's older membership, from before the node was added,
+/// removes nothing.
+fn leaves_out(
+    membership: &LeaderMembers,
+    me: NodeId,
+    mine: Option<LogId>,
+    same_will_do: bool,
+) -> bool {
+    let newer = membership.at > mine || (same_will_do && membership.at == mine);
+    membership.committed && !membership.nodes.contains(&me) && newer
+}
+
 /// Whether this node holds a copy of `group`: a member that has not left.
 pub(crate) fn holds(group: &RaftGroup, me: NodeId, hosting: &Hosting) -> bool {
     !hosting.has_left(group.index()) && is_member(group, me)
@@ -237,7 +260,7 @@ pub(super) async fn follow_groups<T: Transport>(
                 let confirmed = found
                     .as_ref()
                     .and_then(|(_, view)| view.members.as_ref())
-                    .is_some_and(|(members, committed)| *committed && !members.contains(&me));
+                    .is_some_and(|m| leaves_out(m, me, own_membership_at(group), true));
                 if maybe_removed && confirmed {
                     leave(group, shared, &hosting, &log).await;
                 }
@@ -251,7 +274,7 @@ pub(super) async fn follow_groups<T: Transport>(
                         // itself did not answer) changes nothing about it.
                         elsewhere: view
                             .members
-                            .map_or(hosting.elsewhere(index), |(m, _)| !m.contains(&me)),
+                            .map_or(hosting.elsewhere(index), |m| !m.nodes.contains(&me)),
                     })
                 });
                 hosting.set_hint(index, hint);
@@ -271,11 +294,10 @@ pub(super) async fn follow_groups<T: Transport>(
             let members = find_leader(&*transport, index, None)
                 .await
                 .and_then(|(_, view)| view.members);
-            if let Some((members, true)) = members {
-                if !members.contains(&me) {
-                    leave(group, shared, &hosting, &log).await;
-                    leaderless_since.remove(&index);
-                }
+            // Only a membership newer than this copy's, which has this node.
+            if members.is_some_and(|m| leaves_out(&m, me, own_membership_at(group), false)) {
+                leave(group, shared, &hosting, &log).await;
+                leaderless_since.remove(&index);
             }
         }
     }
@@ -343,6 +365,63 @@ async fn leave(group: &RaftGroup, shared: &GroupShared, hosting: &Hosting, log: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogId::new(openraft::CommittedLeaderId::new(term, 1), index)
+    }
+
+    #[test]
+    fn only_a_newer_committed_membership_without_the_node_removes_it() {
+        let membership = |nodes: Vec<NodeId>, committed, at| LeaderMembers {
+            nodes,
+            committed,
+            at,
+        };
+        let mine = Some(log_id(2, 40));
+        let newer = Some(log_id(3, 90));
+        let older = Some(log_id(1, 10));
+        // Removed by a later change.
+        assert!(leaves_out(
+            &membership(vec![1, 2, 3], true, newer),
+            4,
+            mine,
+            false
+        ));
+        // Not committed yet, or still a member.
+        assert!(!leaves_out(
+            &membership(vec![1, 2, 3], false, newer),
+            4,
+            mine,
+            false
+        ));
+        assert!(!leaves_out(
+            &membership(vec![1, 2, 4], true, newer),
+            4,
+            mine,
+            false
+        ));
+        // A deposed leader's membership from before node 4 was added.
+        assert!(!leaves_out(
+            &membership(vec![1, 2, 3], true, older),
+            4,
+            mine,
+            false
+        ));
+        // The same membership as the copy's own: only when that already
+        // leaves the node out.
+        assert!(!leaves_out(
+            &membership(vec![1, 2, 3], true, mine),
+            4,
+            mine,
+            false
+        ));
+        assert!(leaves_out(
+            &membership(vec![1, 2, 3], true, mine),
+            4,
+            mine,
+            true
+        ));
+    }
 
     #[test]
     fn left_groups_round_trip_and_refuse_garbage() {

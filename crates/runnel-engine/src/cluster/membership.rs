@@ -186,8 +186,7 @@ impl ClusterNode {
     async fn members_elsewhere(&self, group: u32) -> Option<BTreeSet<NodeId>> {
         let (leader, _) = self.hosting.hint(group)?;
         let view = self.peers_asked.leader_view(leader, group).await.ok()?;
-        view.members
-            .map(|(members, _)| members.into_iter().collect())
+        view.members.map(|m| m.nodes.into_iter().collect())
     }
 }
 

@@ -41,7 +41,7 @@ mod network;
 use crate::metrics::histogram::Histogram;
 use crate::metrics::PeerMetrics;
 pub use hello::Hello;
-pub use leader_view::LeaderView;
+pub use leader_view::{LeaderMembers, LeaderView};
 pub(crate) use listener::serve;
 pub use listener::{decode_request, PeerRequest};
 pub use network::{GroupNetwork, NetworkFactory};
