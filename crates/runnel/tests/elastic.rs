@@ -13,9 +13,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::membership::{ctl_node, ctl_node_add};
-use common::read_all;
-use common::writers::Writers;
+use common::membership::{ctl_node, ctl_node_add, replace_dead_node};
+use common::writers::{assert_read_back, Writers};
 
 const GROUPS: usize = 6;
 
@@ -116,29 +115,8 @@ async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
     assert_placed(&cluster, &[0, 2, 3, 4, sixth], &[1, 3, 4, 5, 6]).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
-    // Node 3's machine dies with its disk; node 7 replaces it. (Out of
-    // the rotation first: a request in flight to a machine that dies
-    // fails at the client.)
-    writers.drop_target(&cluster.base(2));
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    cluster.kill(2);
-    std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
-    let seventh = cluster.start_joiner().await;
-    let (ok, stdout, stderr) = ctl_node(&[
-        "replace",
-        "--node-id",
-        "3",
-        "--new-node-id",
-        "7",
-        "--addr",
-        &format!("127.0.0.1:{}", cluster.ports[seventh]),
-        "--target",
-        &cluster.base(3),
-    ])
-    .await;
-    assert!(ok, "node replace failed: {stderr}");
-    eprint!("{stderr}{stdout}");
-    writers.add_target(cluster.base(seventh));
+    // Node 3's machine dies with its disk; node 7 replaces it.
+    let (seventh, _) = replace_dead_node(&mut cluster, &writers, dir.path(), 2, 7, 3).await;
     let running = [0, 3, 4, sixth, seventh];
     assert_placed(&cluster, &running, &[1, 4, 5, 6, 7]).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
@@ -151,17 +129,5 @@ async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
         Vec::<String>::new(),
         "writers saw errors"
     );
-    for (name, acked) in &written {
-        assert!(acked.len() > 10, "{name} barely wrote");
-        eprintln!("{name}: {} appends acknowledged", acked.len());
-        for node in running {
-            let body = read_all(&client, &cluster.stream_url(node, name)).await;
-            assert_eq!(
-                String::from_utf8(body).unwrap(),
-                acked.concat(),
-                "{name} through node {}",
-                node + 1
-            );
-        }
-    }
+    assert_read_back(&client, &cluster, &running, &written).await;
 }

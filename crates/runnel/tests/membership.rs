@@ -17,9 +17,8 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::membership::{ctl_node, ctl_node_add, serve_joining};
-use common::read_all;
-use common::writers::Writers;
+use common::membership::{ctl_node, ctl_node_add, replace_dead_node, serve_joining};
+use common::writers::{assert_read_back, Writers};
 
 /// Each group's voters as node `i` sees them.
 async fn voters(cluster: &Cluster, i: usize) -> Vec<Vec<u64>> {
@@ -135,32 +134,11 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Node 3's machine dies with its disk; node 5 replaces it.
-    // (Out of the rotation first: a request in flight to a machine that
-    // dies fails at the client, which is not what this test is about.)
-    writers.drop_target(&cluster.base(2));
-    tokio::time::sleep(Duration::from_secs(1)).await;
-    cluster.kill(2);
-    std::fs::remove_dir_all(dir.path().join("n3")).unwrap();
-    let replacement = cluster.start_joiner().await;
-    let (ok, stdout, stderr) = ctl_node(&[
-        "replace",
-        "--node-id",
-        "3",
-        "--new-node-id",
-        "5",
-        "--addr",
-        &format!("127.0.0.1:{}", cluster.ports[replacement]),
-        "--target",
-        &cluster.base(1),
-    ])
-    .await;
-    assert!(ok, "node replace failed: {stderr}");
-    eprint!("{stderr}{stdout}");
+    let (_, stdout) = replace_dead_node(&mut cluster, &writers, dir.path(), 2, 5, 1).await;
     assert!(
         stdout.contains("node 3 replaced by node 5 in all 3 groups"),
         "{stdout}"
     );
-    writers.add_target(cluster.base(replacement));
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // A node joining under an id the cluster has is refused before it
@@ -235,17 +213,5 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
         Vec::<String>::new(),
         "writers saw errors"
     );
-    for (name, acked) in &written {
-        assert!(acked.len() > 10, "{name} barely wrote");
-        eprintln!("{name}: {} appends acknowledged", acked.len());
-        for node in remaining {
-            let body = read_all(&client, &cluster.stream_url(node, name)).await;
-            assert_eq!(
-                String::from_utf8(body).unwrap(),
-                acked.concat(),
-                "{name} on node {}",
-                node + 1
-            );
-        }
-    }
+    assert_read_back(&client, &cluster, &remaining, &written).await;
 }

@@ -8,7 +8,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use super::placing::{place, print, Layout};
+use super::placing::{place, print, status_of, Layout};
 use super::{http_exchange, http_request, NodeArgs, NodeCommand};
 
 /// Pause between attempts at a group whose leader is changing.
@@ -109,17 +109,7 @@ fn warn_if_short(layout: &Layout, remaining: usize) {
 fn check_newcomer(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(), String> {
     let scheme = args.target.split("://").next().unwrap_or("http");
     let base = format!("{scheme}://{addr}");
-    let fetch = |base: &str| -> Result<serde_json::Value, String> {
-        let body = http_request(
-            "GET",
-            base,
-            "/_runnel/status",
-            args.token.as_deref(),
-            args.ca.as_deref(),
-        )?;
-        serde_json::from_str(&body)
-            .map_err(|e| format!("{base} answered with something other than JSON: {e}"))
-    };
+    let fetch = |base: &str| status_of(args, base);
     let newcomer = fetch(&base).map_err(|e| format!("start the new node first: {e}"))?;
     if newcomer["mode"] != "cluster" {
         return Err(format!(

@@ -48,7 +48,7 @@ impl Layout {
 
     /// The layout, or why it cannot be read yet.
     fn read_once(args: &NodeArgs) -> Result<Result<Layout, String>, String> {
-        let status = fetch(args, &args.target)?;
+        let status = status_of(args, &args.target)?;
         if status["mode"] != "cluster" {
             return Err(format!(
                 "{} is a single node: it has no membership to change",
@@ -68,7 +68,7 @@ impl Layout {
         for addr in nodes.values() {
             // A member that does not answer (a dead node being replaced)
             // tells nothing; the others do.
-            if let Ok(status) = fetch(args, &format!("{scheme}://{addr}")) {
+            if let Ok(status) = status_of(args, &format!("{scheme}://{addr}")) {
                 statuses.push(status);
             }
         }
@@ -85,7 +85,8 @@ impl Layout {
 /// Pause before the placement is read again.
 const READ_AGAIN: Duration = Duration::from_millis(500);
 
-fn fetch(args: &NodeArgs, base: &str) -> Result<serde_json::Value, String> {
+/// `/_runnel/status` of the node at `base`.
+pub(crate) fn status_of(args: &NodeArgs, base: &str) -> Result<serde_json::Value, String> {
     let body = http_request(
         "GET",
         base,

@@ -79,3 +79,43 @@ pub async fn serve_joining(
     .await
     .unwrap()
 }
+
+/// Node `dead` (index) of `cluster` dies with its disk: the writers stop
+/// sending to it first (a request in flight to a machine that dies fails
+/// at the client), then it is killed, its data directory under `dir`
+/// wiped, and a new node (index returned) replaces it as `new_id`
+/// through `runnel ctl node replace` at node `via`; answers the
+/// command's stdout too.
+pub async fn replace_dead_node(
+    cluster: &mut super::cluster::Cluster,
+    writers: &super::writers::Writers,
+    dir: &std::path::Path,
+    dead: usize,
+    new_id: u64,
+    via: usize,
+) -> (usize, String) {
+    writers.drop_target(&cluster.base(dead));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.kill(dead);
+    std::fs::remove_dir_all(dir.join(format!("n{}", dead + 1))).unwrap();
+    let replacement = cluster.start_joiner().await;
+    let (dead_id, new_id) = ((dead + 1).to_string(), new_id.to_string());
+    let addr = format!("127.0.0.1:{}", cluster.ports[replacement]);
+    let target = cluster.base(via);
+    let args = [
+        "replace",
+        "--node-id",
+        &dead_id,
+        "--new-node-id",
+        &new_id,
+        "--addr",
+        &addr,
+        "--target",
+        &target,
+    ];
+    let (ok, stdout, stderr) = ctl_node(&args).await;
+    assert!(ok, "node replace failed: {stderr}");
+    eprint!("{stderr}{stdout}");
+    writers.add_target(cluster.base(replacement));
+    (replacement, stdout)
+}

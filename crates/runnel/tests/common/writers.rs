@@ -116,3 +116,27 @@ async fn write(
         }
     }
 }
+
+/// Asserts that every writer wrote more than a few appends, and that each
+/// stream reads back exactly what was acknowledged on it through every
+/// one of `nodes`.
+pub async fn assert_read_back(
+    client: &reqwest::Client,
+    cluster: &super::cluster::Cluster,
+    nodes: &[usize],
+    written: &[Written],
+) {
+    for (name, acked) in written {
+        assert!(acked.len() > 10, "{name} barely wrote");
+        eprintln!("{name}: {} appends acknowledged", acked.len());
+        for &node in nodes {
+            let body = super::read_all(client, &cluster.stream_url(node, name)).await;
+            assert_eq!(
+                String::from_utf8(body).unwrap(),
+                acked.concat(),
+                "{name} through node {}",
+                node + 1
+            );
+        }
+    }
+}

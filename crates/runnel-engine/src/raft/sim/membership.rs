@@ -22,7 +22,7 @@ use openraft::BasicNode;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{at, check, converge, run_simulated, seeds, Sim, Workload, CALM, NODES};
+use super::{at, check, converge, run_every_seed, Sim, Workload, CALM, NODES};
 use crate::cluster::membership::{MemberChange, MemberReport};
 use crate::cluster::ClusterNode;
 use crate::raft::runtime::seed_thread_rng;
@@ -37,20 +37,7 @@ const LEAVER: usize = 0;
 
 #[test]
 fn sim_a_node_joins_and_another_leaves_under_load() {
-    for seed in seeds() {
-        let trace = run_simulated(seed, join_and_leave(seed));
-        let acked = trace.iter().filter(|e| e.contains(" ack ")).count();
-        let checked = trace
-            .iter()
-            .find_map(|e| e.strip_prefix("checked: "))
-            .unwrap_or("not checked")
-            .to_string();
-        eprintln!("seed {seed}: {acked} acknowledged appends; {checked}");
-        assert!(
-            acked > 50,
-            "seed {seed}: the cluster barely made progress ({acked} acks)"
-        );
-    }
+    run_every_seed(join_and_leave);
 }
 
 async fn join_and_leave(seed: u64) -> Vec<String> {

@@ -657,6 +657,29 @@ async fn check(sim: &Sim, seed: u64, history: &History) {
     sim.note(format!("checked: {}", report.summary()));
 }
 
+/// Runs `scenario` on every seed of the corpus, each reporting its
+/// acknowledged appends and what the checker found; a seed that barely
+/// made progress fails.
+fn run_every_seed<Fut>(scenario: impl Fn(u64) -> Fut)
+where
+    Fut: std::future::Future<Output = Vec<String>>,
+{
+    for seed in seeds() {
+        let trace = run_simulated(seed, scenario(seed));
+        let acked = trace.iter().filter(|e| e.contains(" ack ")).count();
+        let checked = trace
+            .iter()
+            .find_map(|e| e.strip_prefix("checked: "))
+            .unwrap_or("not checked")
+            .to_string();
+        eprintln!("seed {seed}: {acked} acknowledged appends; {checked}");
+        assert!(
+            acked > 50,
+            "seed {seed}: the cluster barely made progress ({acked} acks)"
+        );
+    }
+}
+
 fn seeds() -> Vec<u64> {
     if let Ok(seed) = std::env::var("RUNNEL_SIM_SEED") {
         return vec![seed.parse().expect("RUNNEL_SIM_SEED is a number")];

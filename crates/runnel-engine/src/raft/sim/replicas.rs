@@ -22,7 +22,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use super::membership::{bounce, change_group, changed};
-use super::{at, check, converge, run_simulated, seeds, Sim, Workload, CALM, NODES};
+use super::{at, check, converge, run_every_seed, Sim, Workload, CALM, NODES};
 use crate::cluster::membership::MemberChange;
 use crate::raft::runtime::seed_thread_rng;
 use crate::raft::transport::raft_addr;
@@ -34,20 +34,7 @@ const NEWCOMER: usize = NODES as usize;
 
 #[test]
 fn sim_replicas_move_between_nodes_under_load() {
-    for seed in seeds() {
-        let trace = run_simulated(seed, move_replicas(seed));
-        let acked = trace.iter().filter(|e| e.contains(" ack ")).count();
-        let checked = trace
-            .iter()
-            .find_map(|e| e.strip_prefix("checked: "))
-            .unwrap_or("not checked")
-            .to_string();
-        eprintln!("seed {seed}: {acked} acknowledged appends; {checked}");
-        assert!(
-            acked > 50,
-            "seed {seed}: the cluster barely made progress ({acked} acks)"
-        );
-    }
+    run_every_seed(move_replicas);
 }
 
 async fn move_replicas(seed: u64) -> Vec<String> {

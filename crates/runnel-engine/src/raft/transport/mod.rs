@@ -35,16 +35,17 @@ use crate::cluster::identity::Identity;
 use runnel_core::listing::Listed;
 
 mod hello;
-mod leader_view;
 mod listener;
 mod network;
+mod queries;
 use crate::metrics::histogram::Histogram;
 use crate::metrics::PeerMetrics;
 pub use hello::Hello;
-pub use leader_view::{LeaderMembers, LeaderView};
 pub(crate) use listener::serve;
 pub use listener::{decode_request, PeerRequest};
 pub use network::{GroupNetwork, NetworkFactory};
+pub(crate) use queries::{leader_listing, leader_read_index, PeerQueries};
+pub use queries::{LeaderMembers, LeaderView, ListRequest};
 
 const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;
@@ -66,8 +67,6 @@ const KIND_LEADER: u8 = 8;
 /// A page of the streams of a group the receiver leads ([`ListRequest`]):
 /// asked by a node listing streams of a group it holds no copy of.
 const KIND_LIST: u8 = 9;
-/// Most streams one listing request answers.
-const MAX_LISTED: u32 = 10_000;
 /// Largest frame accepted (a batch of entries of the largest record size).
 const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
@@ -526,90 +525,6 @@ pub(crate) trait Transport: Send + Sync + 'static {
         group: u32,
         role: u8,
     ) -> crate::BoxFuture<'_, Result<(), String>>;
-}
-
-/// What a node asks its peers while it serves requests: a group leader's
-/// read index (once this node has applied up to it, its state holds every
-/// write acknowledged before the request: a follower read that is not
-/// stale), and who leads a group it holds no copy of. Object-safe, unlike
-/// [`Transport`].
-pub(crate) trait PeerQueries: Send + Sync {
-    fn read_index(
-        &self,
-        leader: NodeId,
-        group: u32,
-    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>>;
-
-    fn leader_view(
-        &self,
-        node: NodeId,
-        group: u32,
-    ) -> crate::BoxFuture<'_, Result<LeaderView, String>>;
-
-    fn list<'a>(
-        &'a self,
-        leader: NodeId,
-        group: u32,
-        request: &'a ListRequest,
-    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>>;
-}
-
-impl<T: Transport> PeerQueries for T {
-    fn read_index(
-        &self,
-        leader: NodeId,
-        group: u32,
-    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>> {
-        Transport::read_index(self, leader, group)
-    }
-
-    fn leader_view(
-        &self,
-        node: NodeId,
-        group: u32,
-    ) -> crate::BoxFuture<'_, Result<LeaderView, String>> {
-        Transport::leader_view(self, node, group)
-    }
-
-    fn list<'a>(
-        &'a self,
-        leader: NodeId,
-        group: u32,
-        request: &'a ListRequest,
-    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>> {
-        Transport::list(self, leader, group, request)
-    }
-}
-
-/// A page of a group's streams: those named with `prefix`, after `after`,
-/// at most `limit` (capped at [`MAX_LISTED`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ListRequest {
-    pub prefix: String,
-    pub after: Option<String>,
-    pub limit: u32,
-}
-
-/// The leader's side of a listing: once leadership is confirmed and every
-/// committed entry applied, the page from its state.
-pub(crate) async fn leader_listing(
-    raft: &Raft,
-    view: &crate::view::GroupView,
-    request: &ListRequest,
-) -> Result<Vec<Listed>, String> {
-    leader_read_index(raft).await?;
-    let limit = request.limit.min(MAX_LISTED) as usize;
-    let now = crate::now_ms();
-    Ok(view.with_state(|s| s.list(&request.prefix, request.after.as_deref(), limit, now)))
-}
-
-/// The leader's side of a read index: confirms leadership with a quorum
-/// and answers the index to apply up to.
-pub(crate) async fn leader_read_index(raft: &Raft) -> Result<Option<u64>, String> {
-    raft.ensure_linearizable()
-        .await
-        .map(|log_id| log_id.map(|l| l.index))
-        .map_err(|e| e.to_string())
 }
 
 /// The links to the peers, by node id: those `--peers` named, and those

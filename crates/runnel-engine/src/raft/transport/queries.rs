@@ -1,0 +1,148 @@
+//! What a node asks its peers while it serves requests, and the peers'
+//! side of it: a group leader's read index, who leads a group this node
+//! holds no copy of ([`LeaderView`], see [`crate::cluster::hosting`]),
+//! and a page of such a group's streams ([`ListRequest`]).
+
+use runnel_core::listing::Listed;
+
+use super::Transport;
+use crate::raft::{LogId, NodeId, Raft};
+
+/// Most streams one listing request answers.
+const MAX_LISTED: u32 = 10_000;
+
+/// Who leads a group, as a peer that holds a copy of it knows.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaderView {
+    /// The leader and its Raft address; `None` when the answering node is
+    /// no member of the group, or knows no leader.
+    pub leader: Option<(NodeId, String)>,
+    /// From the leader itself: the group's membership.
+    pub members: Option<LeaderMembers>,
+}
+
+/// A group's membership as its leader holds it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LeaderMembers {
+    /// Voters and learners.
+    pub nodes: Vec<NodeId>,
+    /// Whether the membership is committed.
+    pub committed: bool,
+    /// The log entry that set it: a membership from an older entry than
+    /// one a node holds (a deposed leader cut off since) says nothing
+    /// about that node.
+    pub at: Option<LogId>,
+}
+
+impl LeaderView {
+    pub(crate) fn of(raft: &Raft) -> LeaderView {
+        let metrics = raft.metrics();
+        let metrics = metrics.borrow();
+        let membership = metrics.membership_config.membership();
+        if membership.get_node(&metrics.id).is_none() {
+            return LeaderView::default();
+        }
+        let Some(leader) = metrics.current_leader else {
+            return LeaderView::default();
+        };
+        let Some(addr) = membership.get_node(&leader).map(|n| n.addr.clone()) else {
+            return LeaderView::default();
+        };
+        let members = (leader == metrics.id).then(|| {
+            let at = *metrics.membership_config.log_id();
+            LeaderMembers {
+                nodes: membership.nodes().map(|(id, _)| *id).collect(),
+                committed: at <= metrics.last_applied,
+                at,
+            }
+        });
+        LeaderView {
+            leader: Some((leader, addr)),
+            members,
+        }
+    }
+}
+
+/// What a node asks its peers while it serves requests: a group leader's
+/// read index (once this node has applied up to it, its state holds every
+/// write acknowledged before the request: a follower read that is not
+/// stale), and who leads a group it holds no copy of. Object-safe, unlike
+/// [`Transport`].
+pub(crate) trait PeerQueries: Send + Sync {
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>>;
+
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<LeaderView, String>>;
+
+    fn list<'a>(
+        &'a self,
+        leader: NodeId,
+        group: u32,
+        request: &'a ListRequest,
+    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>>;
+}
+
+impl<T: Transport> PeerQueries for T {
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>> {
+        Transport::read_index(self, leader, group)
+    }
+
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> crate::BoxFuture<'_, Result<LeaderView, String>> {
+        Transport::leader_view(self, node, group)
+    }
+
+    fn list<'a>(
+        &'a self,
+        leader: NodeId,
+        group: u32,
+        request: &'a ListRequest,
+    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>> {
+        Transport::list(self, leader, group, request)
+    }
+}
+
+/// A page of a group's streams: those named with `prefix`, after `after`,
+/// at most `limit` (capped at [`MAX_LISTED`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ListRequest {
+    pub prefix: String,
+    pub after: Option<String>,
+    pub limit: u32,
+}
+
+/// The leader's side of a listing: once leadership is confirmed and every
+/// committed entry applied, the page from its state.
+pub(crate) async fn leader_listing(
+    raft: &Raft,
+    view: &crate::view::GroupView,
+    request: &ListRequest,
+) -> Result<Vec<Listed>, String> {
+    leader_read_index(raft).await?;
+    let limit = request.limit.min(MAX_LISTED) as usize;
+    let now = crate::now_ms();
+    Ok(view.with_state(|s| s.list(&request.prefix, request.after.as_deref(), limit, now)))
+}
+
+/// The leader's side of a read index: confirms leadership with a quorum
+/// and answers the index to apply up to.
+pub(crate) async fn leader_read_index(raft: &Raft) -> Result<Option<u64>, String> {
+    raft.ensure_linearizable()
+        .await
+        .map(|log_id| log_id.map(|l| l.index))
+        .map_err(|e| e.to_string())
+}
