@@ -3,7 +3,10 @@
 //! serves every request by forwarding, receives group 1's replica from
 //! node 1, and node 1, which the group no longer has, drops its copy
 //! (`DATA_DIR/left-groups`), routes the group's requests to its leader,
-//! stays ready, and keeps doing so after a SIGKILL and restart.
+//! stays ready, and keeps doing so after a SIGKILL and restart. Then the
+//! group moves back to node 1 (which holds it again after that restart)
+//! and on from node 3 to node 4, which dropped its copy a move before
+//! and takes the group back while it runs.
 
 mod common;
 
@@ -161,6 +164,96 @@ async fn a_replica_moves_to_a_new_node_and_the_old_one_forwards() {
     let url = cluster.stream_url(0, &moved);
     assert_eq!(common::get_text(&client, &url).await, "abccccd");
     wait_ready(&client, &cluster, newcomer).await;
+
+    // Back to node 1, which left the group before its restart: it holds
+    // the group again, and node 4 drops its copy.
+    move_group_1(&cluster, 4, 1).await;
+    wait_until_held(&cluster, 0, &[1, 2, 3]).await;
+    wait_until_dropped(&cluster, &dir, newcomer).await;
+    // On to node 4, which dropped its copy a moment ago and has not
+    // restarted since: it takes the group back.
+    move_group_1(&cluster, 3, 4).await;
+    wait_until_held(&cluster, newcomer, &[1, 2, 4]).await;
+    wait_until_dropped(&cluster, &dir, 2).await;
+
+    for node in [0, 1, 2, newcomer] {
+        append_until_acked(&client, &cluster.stream_url(node, &moved), "e").await;
+    }
+    cluster.wait_for_convergence(Duration::from_secs(20)).await;
+    for node in [0, 1, 2, newcomer] {
+        let url = cluster.stream_url(node, &moved);
+        assert_eq!(common::get_text(&client, &url).await, "abccccdeeee");
+    }
+    for node in [0, 1, newcomer] {
+        let status = group_status(&cluster, node, 1).await;
+        assert_eq!(status["voters"], serde_json::json!([1, 2, 4]), "{status}");
+    }
+}
+
+/// Moves group 1's replica from node `from` to node `to` with
+/// `runnel ctl node move`.
+async fn move_group_1(cluster: &Cluster, from: usize, to: usize) {
+    let addr = format!("127.0.0.1:{}", cluster.ports[to - 1]);
+    let (from_id, to_id) = (from.to_string(), to.to_string());
+    let target = cluster.base(1);
+    let (ok, stdout, stderr) = ctl_node(&[
+        "move",
+        "--group",
+        "1",
+        "--node-id",
+        &from_id,
+        "--to",
+        &to_id,
+        "--addr",
+        &addr,
+        "--target",
+        &target,
+    ])
+    .await;
+    assert!(ok, "moving group 1 from {from} to {to}: {stderr}");
+    let said = format!("moved from node {from} to node {to}");
+    assert!(stdout.contains(&said), "{stdout}");
+}
+
+/// Waits until node `node` holds group 1 as a voter, among `voters`.
+async fn wait_until_held(cluster: &Cluster, node: usize, voters: &[u64]) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = group_status(cluster, node, 1).await;
+        let member = matches!(status["state"].as_str(), Some("Leader" | "Follower"));
+        if member && status["voters"] == serde_json::json!(voters) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} does not hold group 1: {status}",
+            node + 1
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Waits until node `node` (an index) dropped its copy of group 1.
+async fn wait_until_dropped(cluster: &Cluster, dir: &tempfile::TempDir, node: usize) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let left = dir
+        .path()
+        .join(format!("n{}", node + 1))
+        .join("left-groups");
+    loop {
+        let status = group_status(cluster, node, 1).await;
+        let noted =
+            std::fs::read_to_string(&left).is_ok_and(|l| l.lines().any(|l| l.starts_with("1 ")));
+        if status["state"] == "elsewhere" && noted {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node {} kept group 1: {status}",
+            node + 1
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// Every stream name node `node` lists, a page of one at a time.

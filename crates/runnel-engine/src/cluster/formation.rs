@@ -172,7 +172,7 @@ async fn rejoin(
         "heard from the group's leader: votes again once it has applied this index"
     );
     served.votes.hold_until(index, caught_up_at);
-    if served.votes.released(index, raft).await {
+    if served.votes.released(index, &raft).await {
         tracing::info!(group = index, "caught up with the group: votes again");
         raft.runtime_config().elect(true);
     }

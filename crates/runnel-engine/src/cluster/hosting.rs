@@ -19,10 +19,12 @@
 //! 3. it deletes the group's snapshot file and empties the group's state,
 //!    so checkpoints no longer wait for it nor keep its bytes.
 //!
-//! After a restart a group it left starts empty and uninitialized, and
-//! can be added again. A node does not take a group back while it runs
-//! on: the shut-down copy does not answer the new leader (restart it
-//! first).
+//! A group left is added again like a new node. While the node runs on,
+//! it takes the group back once the group's leader names it a member in
+//! a membership newer than the one that removed it: it starts the
+//! group's Raft afresh, empty, and the leader catches it up. After a
+//! restart a group it left starts empty and uninitialized (recovery
+//! skips the dropped copy's records), and is held again once added.
 //!
 //! Requests for a group this node does not hold (it left it, was never
 //! added to it, or joined and has not been added yet) are routed to the
@@ -41,6 +43,7 @@ use crate::node::{write_file_durably, OpenError};
 use crate::raft::group::RaftGroup;
 use crate::raft::journal::GroupLog;
 use crate::raft::snapshot;
+use crate::raft::starter::RaftStarter;
 use crate::raft::state_machine::GroupShared;
 use crate::raft::transport::{http_addr, LeaderMembers, LeaderView, Transport};
 use crate::raft::{LogId, NodeId};
@@ -65,6 +68,10 @@ pub struct Hosting {
     data_dir: PathBuf,
     /// Group to the log position this node left it at.
     left: Mutex<BTreeMap<u32, u64>>,
+    /// The groups whose copy this process shut down, each with the log
+    /// entry that set the membership removing this node: a membership
+    /// from a later one that names the node again adds it back.
+    stopped: Mutex<BTreeMap<u32, Option<LogId>>>,
     /// For groups this node holds no copy of: their leaders.
     hints: Mutex<BTreeMap<u32, Hint>>,
 }
@@ -100,6 +107,7 @@ impl Hosting {
         Ok(Hosting {
             data_dir: data_dir.to_path_buf(),
             left: Mutex::new(left),
+            stopped: Mutex::default(),
             hints: Mutex::default(),
         })
     }
@@ -111,6 +119,28 @@ impl Hosting {
 
     pub fn has_left(&self, group: u32) -> bool {
         self.left_at(group).is_some()
+    }
+
+    /// The entry that set the membership this node's copy of `group` was
+    /// dropped for (`None` for a group not stopped, or if unknown).
+    fn removed_by(&self, group: u32) -> Option<LogId> {
+        let stopped = self.stopped.lock().expect("stopped lock");
+        stopped.get(&group).copied().flatten()
+    }
+
+    /// Whether this process shut its copy of `group` down and has not
+    /// taken the group back.
+    pub fn stopped(&self, group: u32) -> bool {
+        self.stopped
+            .lock()
+            .expect("stopped lock")
+            .contains_key(&group)
+    }
+
+    /// Whether this node holds nothing of `group`: it shut its copy down,
+    /// or left it before a restart and has not been added again.
+    pub(crate) fn dropped(&self, group: &RaftGroup) -> bool {
+        self.stopped(group.index()) || (self.has_left(group.index()) && group.members().is_empty())
     }
 
     /// Notes, durably, that this node left `group` at log `position`.
@@ -224,22 +254,23 @@ fn leaves_out(
     membership.committed && !membership.nodes.contains(&me) && newer
 }
 
-/// Whether this node holds a copy of `group`: a member that has not left.
+/// Whether this node holds a copy of `group`: a member whose copy runs
+/// (a copy started since the node left the group counts).
 pub(crate) fn holds(group: &RaftGroup, me: NodeId, hosting: &Hosting) -> bool {
-    !hosting.has_left(group.index()) && is_member(group, me)
+    !hosting.stopped(group.index()) && is_member(group, me)
 }
 
-/// Keeps the leaders of the groups this node does not hold known, and
-/// drops this node's copy of a group it was removed from (see the module
-/// docs). Runs until aborted.
+/// Keeps the leaders of the groups this node does not hold known, drops
+/// this node's copy of a group it was removed from, and takes a group
+/// back once it is added again (see the module docs). Runs until aborted.
 pub(super) async fn follow_groups<T: Transport>(
     groups: Vec<Arc<RaftGroup>>,
     shares: Vec<GroupShared>,
-    me: NodeId,
-    transport: Arc<T>,
+    starter: Arc<RaftStarter<T>>,
     hosting: Arc<Hosting>,
-    log: Arc<Log>,
 ) {
+    let me = starter.node_id;
+    let transport = &*starter.transport;
     let mut leaderless_since = BTreeMap::new();
     loop {
         tokio::time::sleep(FOLLOW_EVERY).await;
@@ -252,17 +283,28 @@ pub(super) async fn follow_groups<T: Transport>(
                 // is dropped once the group's leader confirms it. A node
                 // being added may apply older memberships without it
                 // first: its leader's has it.
-                let maybe_removed = !hosting.has_left(index) && removed_here(group, me);
-                if hosting.fresh_hint(index) && !maybe_removed {
+                let stopped = hosting.stopped(index);
+                let maybe_removed = !stopped && removed_here(group, me);
+                if hosting.fresh_hint(index) && !maybe_removed && !stopped {
                     continue;
                 }
-                let found = find_leader(&*transport, index, hosting.hint(index)).await;
-                let confirmed = found
-                    .as_ref()
-                    .and_then(|(_, view)| view.members.as_ref())
-                    .is_some_and(|m| leaves_out(m, me, own_membership_at(group), true));
-                if maybe_removed && confirmed {
-                    leave(group, shared, &hosting, &log).await;
+                let found = find_leader(transport, index, hosting.hint(index)).await;
+                let members = found.as_ref().and_then(|(_, view)| view.members.as_ref());
+                if maybe_removed
+                    && members.is_some_and(|m| leaves_out(m, me, own_membership_at(group), true))
+                {
+                    leave(
+                        group,
+                        shared,
+                        &hosting,
+                        &starter.log,
+                        members.and_then(|m| m.at),
+                    )
+                    .await;
+                }
+                if stopped && members.is_some_and(|m| adds_back(m, me, hosting.removed_by(index))) {
+                    take_back(group, shared, &starter, &hosting).await;
+                    continue;
                 }
                 let hint = found.and_then(|(leader, view)| {
                     let (_, raft_addr) = view.leader?;
@@ -291,12 +333,13 @@ pub(super) async fn follow_groups<T: Transport>(
             if since.elapsed() < LEADERLESS_BEFORE_ASKING {
                 continue;
             }
-            let members = find_leader(&*transport, index, None)
+            let members = find_leader(transport, index, None)
                 .await
                 .and_then(|(_, view)| view.members);
             // Only a membership newer than this copy's, which has this node.
-            if members.is_some_and(|m| leaves_out(&m, me, own_membership_at(group), false)) {
-                leave(group, shared, &hosting, &log).await;
+            if let Some(m) = members.filter(|m| leaves_out(m, me, own_membership_at(group), false))
+            {
+                leave(group, shared, &hosting, &starter.log, m.at).await;
                 leaderless_since.remove(&index);
             }
         }
@@ -337,9 +380,15 @@ async fn find_leader<T: Transport>(
     None
 }
 
-/// Drops this node's copy of `group`, which a committed membership no
-/// longer names (see the module docs).
-async fn leave(group: &RaftGroup, shared: &GroupShared, hosting: &Hosting, log: &Log) {
+/// Drops this node's copy of `group`, which a committed membership (set
+/// by the entry `removed_by`) no longer names (see the module docs).
+async fn leave(
+    group: &RaftGroup,
+    shared: &GroupShared,
+    hosting: &Hosting,
+    log: &Log,
+    removed_by: Option<LogId>,
+) {
     let index = group.index();
     tracing::info!(
         group = index,
@@ -348,6 +397,11 @@ async fn leave(group: &RaftGroup, shared: &GroupShared, hosting: &Hosting, log: 
     if let Err(err) = group.raft().shutdown().await {
         tracing::warn!(group = index, error = %err, "stopping the group's raft");
     }
+    hosting
+        .stopped
+        .lock()
+        .expect("stopped lock")
+        .insert(index, removed_by);
     let position = log.end_position();
     if let Err(err) = hosting.mark_left(index, position) {
         // The copy is stopped; after a restart it is found removed again.
@@ -360,6 +414,35 @@ async fn leave(group: &RaftGroup, shared: &GroupShared, hosting: &Hosting, log: 
     *shared.persisted.lock().expect("snapshot lock") = None;
     *shared.index.lock().expect("raft index lock") = GroupLog::default();
     shared.view.apply(|state| *state = StreamsState::new());
+}
+
+/// Whether a leader's `membership` names node `me` again after the one
+/// set by `removed_by` left it out.
+fn adds_back(membership: &LeaderMembers, me: NodeId, removed_by: Option<LogId>) -> bool {
+    membership.nodes.contains(&me) && membership.at > removed_by
+}
+
+/// Starts this node's copy of `group`, dropped while the node ran, afresh
+/// and empty: the group's leader, which named this node a member again,
+/// catches it up as it would a new node.
+async fn take_back<T: Transport>(
+    group: &RaftGroup,
+    shared: &GroupShared,
+    starter: &RaftStarter<T>,
+    hosting: &Hosting,
+) {
+    let index = group.index();
+    match starter.restart_empty(shared).await {
+        Ok(raft) => {
+            group.raft_slot().replace(raft);
+            hosting.stopped.lock().expect("stopped lock").remove(&index);
+            tracing::info!(
+                group = index,
+                "this node was added to the group again: taking it back"
+            );
+        }
+        Err(err) => tracing::warn!(group = index, error = %err, "restarting the group's raft"),
+    }
 }
 
 #[cfg(test)]
@@ -420,6 +503,44 @@ mod tests {
             4,
             mine,
             true
+        ));
+    }
+
+    #[test]
+    fn only_a_membership_newer_than_the_removal_that_names_the_node_adds_it_back() {
+        let membership = |nodes: Vec<NodeId>, at| LeaderMembers {
+            nodes,
+            committed: false,
+            at,
+        };
+        let removal = Some(log_id(3, 90));
+        // Added again (as a learner, not committed yet: enough to start).
+        assert!(adds_back(
+            &membership(vec![1, 2, 3, 4], Some(log_id(3, 95))),
+            4,
+            removal
+        ));
+        assert!(adds_back(
+            &membership(vec![1, 2, 4], Some(log_id(5, 7))),
+            4,
+            removal
+        ));
+        // Not named, or named by the membership it was removed from, or by
+        // a deposed leader's older one.
+        assert!(!adds_back(
+            &membership(vec![1, 2, 3], Some(log_id(3, 95))),
+            4,
+            removal
+        ));
+        assert!(!adds_back(
+            &membership(vec![1, 2, 3, 4], Some(log_id(2, 40))),
+            4,
+            removal
+        ));
+        assert!(!adds_back(
+            &membership(vec![1, 2, 3, 4], removal),
+            4,
+            removal
         ));
     }
 

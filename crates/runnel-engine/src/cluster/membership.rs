@@ -217,10 +217,31 @@ async fn add(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool, E
     }
     // A learner first: it catches up (snapshot and log) without counting
     // towards the quorum, so the group's writes never wait for it.
-    let added = group.raft().add_learner(node, BasicNode { addr }, true);
-    match tokio::time::timeout(CATCH_UP_LIMIT, added).await {
-        Ok(result) => result.map_err(raft_refusal)?,
-        Err(_) => {
+    let raft = group.raft();
+    let added = raft
+        .add_learner(node, BasicNode { addr }, false)
+        .await
+        .map_err(raft_refusal)?;
+    // openraft's own blocking wait counts a learner within
+    // `replication_lag_threshold` entries (thousands) as caught up, even
+    // one that never answered: wait until it holds the entry that added it.
+    let holds_the_addition = |m: &openraft::RaftMetrics<NodeId, BasicNode>| {
+        m.replication
+            .as_ref()
+            .is_none_or(|r| r.get(&node).copied().flatten() >= Some(added.log_id))
+    };
+    let waited = raft
+        .wait(Some(CATCH_UP_LIMIT))
+        .metrics(
+            holds_the_addition,
+            "the new learner holds the entry that added it",
+        )
+        .await;
+    match waited {
+        Ok(m) if m.replication.is_some() => {}
+        // Leadership moved meanwhile: the caller asks the new leader.
+        Ok(m) => return Err(EngineError::NotLeader(m.current_leader)),
+        Err(openraft::metrics::WaitError::Timeout(..)) => {
             return Err(EngineError::Membership(format!(
                 "node {node} did not catch up with group {} within {} s; run the command \
                  again to go on waiting",
@@ -228,7 +249,8 @@ async fn add(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool, E
                 CATCH_UP_LIMIT.as_secs()
             )))
         }
-    };
+        Err(_) => return Err(EngineError::ShuttingDown),
+    }
     let promote = ChangeMembers::AddVoterIds(BTreeSet::from([node]));
     group
         .raft()
@@ -302,7 +324,7 @@ pub(super) async fn link_members(
     loop {
         let mut members: BTreeSet<NodeId> = hosting.hinted_leaders().into_iter().collect();
         let mut every_group_known = true;
-        for group in groups.iter().filter(|g| !hosting.has_left(g.index())) {
+        for group in groups.iter().filter(|g| !hosting.dropped(g)) {
             let group_members = group.members();
             every_group_known &= !group_members.is_empty();
             if !group_members.iter().any(|(node, _)| *node == me) {

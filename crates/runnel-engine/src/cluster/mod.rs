@@ -39,12 +39,13 @@ use crate::node::{
 use crate::placement;
 use crate::raft::collect::Collector;
 use crate::raft::group::RaftGroup;
-use crate::raft::journal::{Durability, GroupLog, JournalStore};
-use crate::raft::state_machine::{AppliedPoint, GroupShared, GroupStateMachine, Persisted};
+use crate::raft::journal::{Durability, GroupLog};
+use crate::raft::starter::RaftStarter;
+use crate::raft::state_machine::{AppliedPoint, GroupShared, Persisted};
 use crate::raft::transport::{raft_addr, Links, PeerQueries, Served, TcpTransport, Transport};
 use crate::raft::vote_guard::VoteGuard;
+use crate::raft::NodeId;
 use crate::raft::{rebalance, snapshot};
-use crate::raft::{NodeId, Raft};
 use crate::tier::{self, GroupTier, Tiering};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
@@ -286,6 +287,13 @@ impl ClusterNode {
             })
             .transpose()
             .map_err(|reason| OpenError::Config { reason })?;
+        let starter = Arc::new(RaftStarter {
+            node_id: config.node_id,
+            config: raft_config,
+            log: Arc::clone(&log),
+            durability: Arc::clone(&durability),
+            transport: Arc::clone(&transport),
+        });
         let mut groups = Vec::new();
         let mut shares = Vec::new();
         for (g, (mut index, file)) in indexes.into_iter().zip(files).enumerate() {
@@ -324,29 +332,10 @@ impl ClusterNode {
                 file_gate: Arc::default(),
                 inline_io: config.manual_commit,
             };
-            let store = JournalStore::new(
-                g as u32,
-                Arc::clone(&log),
-                Arc::clone(&durability),
-                Arc::clone(&shared.index),
-            );
-            let network = transport.network(g as u32);
-            // openraft names the group in its log lines.
-            let group_config = openraft::Config {
-                cluster_name: format!("group-{g}"),
-                ..raft_config.clone()
-            };
-            let raft = Raft::new(
-                config.node_id,
-                Arc::new(group_config),
-                network,
-                store,
-                GroupStateMachine::new(shared.clone()),
-            )
-            .await
-            .map_err(|e| OpenError::Config {
-                reason: format!("starting group {g}: {e}"),
-            })?;
+            let raft = starter
+                .start(&shared)
+                .await
+                .map_err(|reason| OpenError::Config { reason })?;
             groups.push(Arc::new(RaftGroup::new(
                 g as u32,
                 config.node_id,
@@ -358,7 +347,7 @@ impl ClusterNode {
         }
 
         let served = Arc::new(Served {
-            rafts: groups.iter().map(|g| g.raft().clone()).collect(),
+            rafts: groups.iter().map(|g| g.raft_slot().clone()).collect(),
             views: groups.iter().map(|g| g.view().clone()).collect(),
             votes: VoteGuard::new(groups.len()),
             identity: Arc::clone(&identity),
@@ -398,10 +387,8 @@ impl ClusterNode {
         tasks.push(tokio::spawn(hosting::follow_groups(
             groups.clone(),
             shares.clone(),
-            config.node_id,
-            Arc::clone(&transport),
+            Arc::clone(&starter),
             Arc::clone(&hosting),
-            Arc::clone(&log),
         )));
         tasks.push(tokio::spawn(rebalance::rebalance(
             groups.clone(),
@@ -472,7 +459,7 @@ impl ClusterNode {
     pub(crate) fn votes_in_every_group(&self) -> bool {
         self.groups
             .iter()
-            .all(|g| !self.served.votes.refuses(g.index(), g.raft()))
+            .all(|g| !self.served.votes.refuses(g.index(), &g.raft()))
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -490,6 +477,12 @@ impl ClusterNode {
 
     fn group_for(&self, name: &str) -> &Arc<RaftGroup> {
         &self.groups[group_index(name, self.groups.len())]
+    }
+
+    /// Which groups this node left, and where their leaders are.
+    #[cfg(test)]
+    pub(crate) fn hosting(&self) -> &Hosting {
+        &self.hosting
     }
 
     /// Whether this node holds a copy of `group` ([`hosting`]).
@@ -631,7 +624,7 @@ impl NodeEngine for ClusterNode {
                 }
                 continue;
             }
-            if self.served.votes.refuses(index, group.raft()) {
+            if self.served.votes.refuses(index, &group.raft()) {
                 return Some(format!("group {index}: catching up after losing its state"));
             }
             let metrics = group.raft().metrics().borrow().clone();

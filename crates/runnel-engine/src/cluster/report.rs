@@ -14,7 +14,7 @@ impl ClusterNode {
         let groups = self
             .groups
             .iter()
-            .map(|g| g.metrics(!self.served.votes.refuses(g.index(), g.raft())))
+            .map(|g| g.metrics(!self.served.votes.refuses(g.index(), &g.raft())))
             .collect();
         crate::NodeMetrics {
             log_bytes: self.log.durable_position(),
@@ -86,7 +86,7 @@ impl ClusterNode {
                     return self.elsewhere_status(g.index());
                 }
                 let mut status = g.status();
-                status.votes = !self.served.votes.refuses(g.index(), g.raft());
+                status.votes = !self.served.votes.refuses(g.index(), &g.raft());
                 status
             })
             .collect();

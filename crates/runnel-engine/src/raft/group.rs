@@ -21,6 +21,7 @@ use serde::Serialize;
 use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::read_barrier::ReadBarrier;
+use super::starter::RaftSlot;
 use super::{AppRequest, NodeId, Raft};
 use crate::view::{delegate_reads_to_view, GroupView};
 use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
@@ -28,7 +29,7 @@ use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, Maintained
 pub struct RaftGroup {
     index: u32,
     node_id: NodeId,
-    raft: Raft,
+    raft: RaftSlot,
     view: GroupView,
     proposals: mpsc::Sender<Proposal>,
     /// One permit per batch in flight (see [`propose_batches`]).
@@ -85,6 +86,7 @@ impl RaftGroup {
         let (proposals, queue) = mpsc::channel(max_pending.max(1));
         let in_flight = Arc::new(Semaphore::new(BATCHES_IN_FLIGHT));
         let counts = Arc::new(ProposalCounts::default());
+        let raft = RaftSlot::new(raft);
         tokio::spawn(propose_batches(
             raft.clone(),
             queue,
@@ -103,7 +105,13 @@ impl RaftGroup {
         }
     }
 
-    pub fn raft(&self) -> &Raft {
+    /// The group's Raft now (another one once a dropped copy is taken
+    /// back).
+    pub fn raft(&self) -> Raft {
+        self.raft.get()
+    }
+
+    pub(crate) fn raft_slot(&self) -> &RaftSlot {
         &self.raft
     }
 
@@ -111,7 +119,7 @@ impl RaftGroup {
     /// [`RaftGroup::status`]: that also digests the whole state, too much
     /// for every scrape). `votes`: whether this node votes in it.
     pub fn metrics(&self, votes: bool) -> crate::GroupMetrics {
-        let m = self.raft.metrics().borrow().clone();
+        let m = self.raft.get().metrics().borrow().clone();
         let last = m.last_log_index.unwrap_or(0);
         crate::GroupMetrics {
             group: self.index,
@@ -156,13 +164,13 @@ impl RaftGroup {
 
     /// The leader this node knows of.
     pub fn leader(&self) -> Option<NodeId> {
-        self.raft.metrics().borrow().current_leader
+        self.raft.get().metrics().borrow().current_leader
     }
 
     /// The group's members (voters and learners) and their Raft
     /// addresses, as its membership records them.
     pub fn members(&self) -> Vec<(NodeId, String)> {
-        let metrics = self.raft.metrics();
+        let metrics = self.raft.get().metrics();
         let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();
         membership
@@ -174,7 +182,7 @@ impl RaftGroup {
     /// The HTTP address of `node` as the group's membership records it
     /// (a node that joined after this one started is in no `--peers`).
     pub fn member_http_addr(&self, node: NodeId) -> Option<String> {
-        let metrics = self.raft.metrics();
+        let metrics = self.raft.get().metrics();
         let metrics = metrics.borrow();
         let member = metrics.membership_config.membership().get_node(&node)?;
         super::transport::http_addr(&member.addr).ok()
@@ -183,7 +191,7 @@ impl RaftGroup {
     pub fn status(&self) -> GroupStatus {
         // openraft publishes the applied index just after the state machine
         // applied: while entries apply the digest may be a little ahead.
-        let receiver = self.raft.metrics();
+        let receiver = self.raft.get().metrics();
         let metrics = receiver.borrow().clone();
         // The core drops its metrics sender when it exits (shutdown or a
         // fatal error): the last metrics are then stale.
@@ -253,7 +261,7 @@ pub struct ProposalCounts {
 }
 
 async fn propose_batches(
-    raft: Raft,
+    raft: RaftSlot,
     mut queue: mpsc::Receiver<Proposal>,
     in_flight: Arc<Semaphore>,
     counts: Arc<ProposalCounts>,
@@ -273,7 +281,7 @@ async fn propose_batches(
                 next = queue.try_recv().ok();
             }
         }
-        let submitted = raft.client_write_ff(batch).await;
+        let submitted = raft.get().client_write_ff(batch).await;
         let counts = Arc::clone(&counts);
         tokio::spawn(async move {
             let results = match submitted {
@@ -335,7 +343,7 @@ impl MaintainedGroup for RaftGroup {
     }
 
     fn term(&self) -> u64 {
-        self.raft.metrics().borrow().current_term
+        self.raft.get().metrics().borrow().current_term
     }
 
     fn submit_entry(&self, entry: Entry) -> BoxFuture<'_, Result<Applied, EngineError>> {

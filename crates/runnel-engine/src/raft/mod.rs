@@ -7,7 +7,8 @@
 //! Module map: [`journal`] stores each group's Raft log and vote in the
 //! shared log; [`state_machine`] applies committed entries; [`transport`]
 //! carries the Raft RPCs of all groups over one TCP connection per peer
-//! pair; [`group`] is the [`crate::GroupEngine`] a client proposes to.
+//! pair; [`group`] is the [`crate::GroupEngine`] a client proposes to;
+//! [`starter`] starts each group's Raft (again, for a copy taken back).
 //!
 //! Shared-log record layout: `[group: u32 LE][kind: u8][bincode body]`,
 //! where the body of an entry record is the whole openraft entry. Its
@@ -32,6 +33,7 @@ pub(crate) mod read_barrier;
 pub(crate) mod rebalance;
 pub mod runtime;
 pub(crate) mod snapshot;
+pub mod starter;
 pub(crate) mod state_machine;
 pub mod transport;
 pub(crate) mod vote_guard;

@@ -13,13 +13,14 @@ use std::sync::{Arc, Mutex};
 use openraft::error::{CheckIsLeaderError, RaftError};
 use tokio::sync::oneshot;
 
-use super::{NodeId, Raft};
+use super::starter::RaftSlot;
+use super::NodeId;
 use crate::EngineError;
 
 type Waiter = oneshot::Sender<Result<(), EngineError>>;
 
 pub struct ReadBarrier {
-    raft: Raft,
+    raft: RaftSlot,
     state: Mutex<Rounds>,
 }
 
@@ -31,7 +32,7 @@ struct Rounds {
 }
 
 impl ReadBarrier {
-    pub fn new(raft: Raft) -> Arc<ReadBarrier> {
+    pub fn new(raft: RaftSlot) -> Arc<ReadBarrier> {
         Arc::new(ReadBarrier {
             raft,
             state: Mutex::default(),
@@ -68,6 +69,7 @@ impl ReadBarrier {
             };
             let result = self
                 .raft
+                .get()
                 .ensure_linearizable()
                 .await
                 .map(drop)

@@ -74,7 +74,7 @@ async fn propose(node: &ClusterNode, command: runnel_core::Command) -> Applied {
 }
 
 fn applied(node: &ClusterNode) -> u64 {
-    OwnCopy::of(group(node).raft()).applied
+    OwnCopy::of(&group(node).raft()).applied
 }
 
 /// Runs the scenario; true if W held its vote while L was down (no leader
@@ -104,7 +104,7 @@ async fn lost_disk(seed: u64) -> bool {
     sim.start(wiped).await;
     let mut polls = 0;
     loop {
-        let own = OwnCopy::of(group(node(&sim, wiped)).raft());
+        let own = OwnCopy::of(&group(node(&sim, wiped)).raft());
         if own.heard_leader {
             assert!(
                 own.applied < target,

@@ -97,7 +97,7 @@ impl SimNet {
             .get(&node)?
             .rafts
             .get(group as usize)
-            .cloned()
+            .map(|slot| slot.get())
     }
 
     /// Whether `node` would refuse a vote in `group` now (see
@@ -107,7 +107,7 @@ impl SimNet {
         served.is_some_and(|s| {
             s.rafts
                 .get(group as usize)
-                .is_some_and(|raft| s.votes.refuses(group, raft))
+                .is_some_and(|slot| s.votes.refuses(group, &slot.get()))
         })
     }
 

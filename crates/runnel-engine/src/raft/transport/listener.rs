@@ -130,10 +130,11 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
 }
 
 async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, String> {
-    let raft = served
+    let raft = &served
         .rafts
         .get(group as usize)
-        .ok_or_else(|| format!("this node has no group {group}"))?;
+        .ok_or_else(|| format!("this node has no group {group}"))?
+        .get();
     let refuses = || served.votes.refuses(group, raft);
     let encoded = match decode_request(kind, body)? {
         PeerRequest::Append(request) => bincode::serialize(&raft.append_entries(request).await),

@@ -105,7 +105,7 @@ type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, String>>>>;
 /// What a node answers peers with: its groups, and whether it may vote in
 /// each (see [`VoteGuard`]).
 pub(crate) struct Served {
-    pub rafts: Vec<Raft>,
+    pub rafts: Vec<crate::raft::starter::RaftSlot>,
     /// Each group's applied state, for listings asked of its leader.
     pub views: Vec<crate::view::GroupView>,
     pub votes: VoteGuard,
