@@ -126,7 +126,7 @@ else
       node_tls=(--cluster-ca "$data/ca/ca.pem" --cluster-cert "$data/ca/node-$id.pem"
         --cluster-key "$data/ca/node-$id.key")
     fi
-    "$bin" serve --node-id "$id" --peers "$peers" --groups 3 --data-dir "$data/n$id" "${common[@]}" \
+    "$bin" serve --node-id "$id" --peers "$peers" --groups 4 --data-dir "$data/n$id" "${common[@]}" \
       "${node_tls[@]}" >"$data/n$id.log" 2>&1 &
     pids+=($!)
   done

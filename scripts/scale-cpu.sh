@@ -13,7 +13,7 @@ set -euo pipefail
 bin=$(realpath "${1:?usage: scale-cpu.sh RUNNEL_BINARY [RATE] [SECS]}")
 rate=${2:-1500}
 secs=${3:-20}
-groups=12
+groups=13
 work=$(mktemp -d)
 pids=()
 cleanup() {

@@ -149,10 +149,17 @@ impl Node {
             let _ = durable_tx.send_replace(status);
         });
         let mut records = 0u64;
-        let log = open_log(config, replay_from, false, listener, |pos, payload| {
-            records += 1;
-            replay(&mut states, &mut applied, pos, payload)
-        })?;
+        let log = open_log(
+            config,
+            replay_from,
+            replay_from,
+            false,
+            listener,
+            |pos, payload| {
+                records += 1;
+                replay(&mut states, &mut applied, pos, payload)
+            },
+        )?;
         // Until the first commit the channel holds 0: entries proposed from
         // now on all end past the recovered log, so none applies early.
         let recovered_end = log.durable_position();
@@ -438,6 +445,7 @@ fn replay(
 pub(crate) fn open_log(
     config: &EngineConfig,
     replay_from: u64,
+    collected_below: u64,
     manual_commit: bool,
     listener: runnel_log::DurabilityListener,
     mut replay: impl FnMut(u64, &[u8]) -> Result<(), String>,
@@ -447,6 +455,7 @@ pub(crate) fn open_log(
         sync: config.sync,
         max_record_bytes: config.max_record_bytes,
         replay_from,
+        collected_below,
         manual_commit,
         preallocate: config.preallocate_segments,
     };

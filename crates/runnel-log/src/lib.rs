@@ -72,6 +72,11 @@ pub struct LogOptions {
     /// segments missing below it were deleted on purpose (garbage
     /// collected), not lost.
     pub replay_from: u64,
+    /// Segments missing at or below this position were deleted on purpose
+    /// too (when above `replay_from`): a recovery that scans from before
+    /// its checkpoint, for records the checkpoint does not cover, names
+    /// the checkpoint here.
+    pub collected_below: u64,
     /// No committer thread: buffered records are written and synced only
     /// when [`Log::commit`] is called. For deterministic simulations, which
     /// decide when IO completes.
@@ -90,6 +95,7 @@ impl Default for LogOptions {
             sync: SyncMode::Batch,
             max_record_bytes: 128 << 20,
             replay_from: 0,
+            collected_below: 0,
             manual_commit: false,
             preallocate: true,
         }
@@ -219,7 +225,8 @@ impl Log {
         for base in bases {
             let path = segment::path_for(dir, base);
             // Garbage collection leaves gaps, but only below the checkpoint.
-            let collected_gap = base != end && base <= options.replay_from;
+            let checkpoint = options.replay_from.max(options.collected_below);
+            let collected_gap = base != end && base <= checkpoint;
             if cut || (base != end && !collected_gap) {
                 // After a torn segment, or past a gap: not part of the log.
                 tracing::warn!(segment = %path.display(), "removing segment past the end of the valid log");

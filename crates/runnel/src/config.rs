@@ -37,7 +37,8 @@ pub struct ServeArgs {
     /// never | batch | always: when writes are fsynced [default: batch].
     #[arg(long)]
     pub sync: Option<String>,
-    /// Stream groups on this node [default: 1].
+    /// Stream groups [default: 1 on a single node; in a cluster, group 0
+    /// (metadata only) plus nodes × cores/2 data groups].
     #[arg(long)]
     pub groups: Option<u32>,
     /// Log segment size in bytes [default: 268435456].
@@ -454,9 +455,10 @@ impl ServeArgs {
                 if !peers.contains_key(&node_id) {
                     return Err(format!("--peers does not list this node ({node_id})"));
                 }
-                // Groups spread over the nodes: a few per node and core.
+                // Data groups spread over the nodes, a few per node and
+                // core, besides group 0 (the cluster's metadata, no streams).
                 let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-                engine.groups = (peers.len() * (cores / 2).max(1)) as u32;
+                engine.groups = (peers.len() * (cores / 2).max(1)) as u32 + 1;
                 let election_timeout = match pick!(election_timeout_ms) {
                     Some(ms) if ms < 50 => {
                         return Err("election-timeout-ms must be at least 50".into())
@@ -702,7 +704,11 @@ mod tests {
         assert_eq!(cluster.node_id, 2);
         assert_eq!(cluster.peers.len(), 3);
         assert_eq!(s.listen, "127.0.0.1:5003".parse().unwrap());
-        assert_eq!(s.engine.groups % 3, 0, "groups spread evenly over 3 nodes");
+        assert_eq!(
+            (s.engine.groups - 1) % 3,
+            0,
+            "data groups spread evenly over 3 nodes"
+        );
 
         for (node_id, peers) in [
             (Some(4), Some("1=127.0.0.1:5001")),

@@ -375,7 +375,7 @@ async fn followers_serve_live_reads_from_their_applied_state() {
         ("tail-b", None),
         ("tail-ttl", Some("600")),
     ] {
-        let leader = leaders[runnel_engine::node::group_index(s, 3)];
+        let leader = leaders[runnel_engine::placement::stream_group(s, 3)];
         let follower = (leader + 1) % 3;
         let mut create = client
             .put(cluster.stream_url(leader, s))
@@ -421,7 +421,7 @@ async fn followers_serve_live_reads_from_their_applied_state() {
 
     // SSE through a follower sees what the leader committed.
     let s = "tail-a";
-    let leader = leaders[runnel_engine::node::group_index(s, 3)];
+    let leader = leaders[runnel_engine::placement::stream_group(s, 3)];
     let follower = (leader + 2) % 3;
     let mut sse = client
         .get(format!(
@@ -611,21 +611,22 @@ async fn snapshots_and_trims_survive_a_leader_failover() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leadership_returns_to_the_preferred_node_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cluster = Cluster::start(dir.path(), 3, &["--groups", "3"]).await;
+    let mut cluster = Cluster::start(dir.path(), 3, &["--groups", "4"]).await;
     let balanced = cluster.wait_for_leaders(Duration::from_secs(10)).await;
-    assert_eq!(balanced, vec![0, 1, 2], "group g starts on node g");
+    assert_eq!(balanced, vec![0, 1, 2, 0], "group g starts on node g mod 3");
     let client = reqwest::Client::new();
-    // A stream of group 0: the group that fails over and moves back.
+    // A stream of group 3, which node 1 leads (with group 0, which
+    // holds no streams): the group that fails over and moves back.
     let name = (0..)
         .map(|i| format!("during-handover-{i}"))
-        .find(|n| runnel_engine::node::group_index(n, 3) == 0)
+        .find(|n| runnel_engine::placement::stream_group(n, 4) == 3)
         .unwrap();
     let url = cluster.stream_url(1, &name);
     common::create_text(&client, &url, "").await;
 
     cluster.kill(0);
     let moved = cluster.wait_for_leaders(Duration::from_secs(10)).await;
-    assert_ne!(moved[0], 0, "group 0 failed over");
+    assert_ne!(moved[3], 0, "group 3 failed over");
     cluster.restart(0).await;
     let started = Instant::now();
     let mut writes = 0;
@@ -646,9 +647,8 @@ async fn leadership_returns_to_the_preferred_node_after_a_restart() {
         writes += 1;
         acked.push(n);
         slowest = slowest.max(sent.elapsed());
-        if cluster.leaders(1).await == Some(vec![Some(0), Some(1), Some(2)])
-            && cluster.leaders(0).await == Some(vec![Some(0), Some(1), Some(2)])
-        {
+        let preferred = Some(vec![Some(0), Some(1), Some(2), Some(0)]);
+        if cluster.leaders(1).await == preferred && cluster.leaders(0).await == preferred {
             break;
         }
         assert!(

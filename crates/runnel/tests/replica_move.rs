@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
 use common::membership::ctl_node;
-use runnel_engine::node::group_index;
+use runnel_engine::placement::stream_group;
 
 const GROUPS: usize = 3;
 
@@ -22,7 +22,7 @@ const GROUPS: usize = 3;
 fn name_in(group: usize, prefix: &str) -> String {
     (0..)
         .map(|i| format!("{prefix}-{i}"))
-        .find(|n| group_index(n, GROUPS) == group)
+        .find(|n| stream_group(n, GROUPS) == group)
         .unwrap()
 }
 

@@ -12,7 +12,7 @@ use common::read_all;
 use common::s3::Moto;
 
 const BUCKET: &str = "runnel-cluster";
-const GROUPS: usize = 3;
+const GROUPS: usize = 4;
 
 /// Tiering status of node `i`, counted now.
 async fn tiering(cluster: &Cluster, i: usize) -> Option<serde_json::Value> {
@@ -54,7 +54,7 @@ async fn a_leader_killed_mid_upload_leaves_one_reference_per_range_on_every_repl
     let leaders = cluster.wait_for_leaders(Duration::from_secs(30)).await;
     let name = (0..)
         .map(|i| format!("tiered-{i}"))
-        .find(|n| leaders[runnel_engine::node::group_index(n, GROUPS)] == 0)
+        .find(|n| leaders[runnel_engine::placement::stream_group(n, GROUPS)] == 0)
         .unwrap();
     common::create_text(&client, &cluster.stream_url(1, &name), "").await;
     // 100-byte records numbered in order.
@@ -75,7 +75,7 @@ async fn a_leader_killed_mid_upload_leaves_one_reference_per_range_on_every_repl
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let leaders = cluster.wait_for_leaders(Duration::from_secs(30)).await;
-        if leaders[runnel_engine::node::group_index(&name, GROUPS)] == 0 {
+        if leaders[runnel_engine::placement::stream_group(&name, GROUPS)] == 0 {
             break;
         }
         assert!(

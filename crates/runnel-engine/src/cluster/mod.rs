@@ -33,8 +33,7 @@ use crate::activity::Activity;
 use crate::control::{self, Control};
 use crate::history;
 use crate::node::{
-    check_meta, group_index, open_log, refuse_collected_log_without_checkpoint, EngineConfig,
-    OpenError,
+    check_meta, open_log, refuse_collected_log_without_checkpoint, EngineConfig, OpenError,
 };
 use crate::placement;
 use crate::raft::collect::Collector;
@@ -57,9 +56,13 @@ pub mod hosting;
 pub mod identity;
 pub mod membership;
 mod reads;
+mod recovery;
 mod report;
 
-const FORMAT: u32 = 2;
+/// The data directory's format: 3 keeps streams out of group 0
+/// ([`placement::stream_group`]); a format 2 directory, whose streams
+/// hash over every group, is refused.
+const FORMAT: u32 = 3;
 /// A group snapshots (and its log before the snapshot can go) after this
 /// many Raft entries, besides the periodic checkpoint.
 const SNAPSHOT_EVERY: u64 = 5000;
@@ -204,15 +207,7 @@ impl ClusterNode {
             .zip(&left)
             .map(|(file, left)| file.filter(|f| left.is_none_or(|at| f.header.replay_from >= at)))
             .collect();
-        // Segments are only collected once every group has a snapshot (or
-        // was left: nothing of it before that is needed).
-        let replay_from = files
-            .iter()
-            .zip(&left)
-            .map(|(f, left)| f.as_ref().map(|f| f.header.replay_from).or(*left))
-            .collect::<Option<Vec<u64>>>()
-            .and_then(|from| from.into_iter().min())
-            .unwrap_or(0);
+        let (replay_from, collected_below) = recovery::replay_points(&files, &left);
         if replay_from == 0 {
             refuse_collected_log_without_checkpoint(&engine.data_dir.join("log"))?;
         }
@@ -224,6 +219,7 @@ impl ClusterNode {
         let log = open_log(
             engine,
             replay_from,
+            collected_below,
             config.manual_commit,
             listener,
             |pos, payload| {
@@ -476,7 +472,7 @@ impl ClusterNode {
     }
 
     fn group_for(&self, name: &str) -> &Arc<RaftGroup> {
-        &self.groups[group_index(name, self.groups.len())]
+        &self.groups[placement::stream_group(name, self.groups.len())]
     }
 
     /// Which groups this node left, and where their leaders are.
@@ -718,7 +714,8 @@ impl NodeEngine for ClusterNode {
     }
 
     fn same_group(&self, a: &str, b: &str) -> bool {
-        crate::same_group(a, b, self.groups.len())
+        let groups = self.groups.len();
+        placement::stream_group(a, groups) == placement::stream_group(b, groups)
     }
 
     fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {

@@ -139,6 +139,18 @@ pub fn target(
     Placement { groups }
 }
 
+/// The group a stream lives in, of a cluster's `group_count`: one of the
+/// data groups `1..group_count`, by a hash of its name. Group 0, the
+/// control group, is on every member and holds the cluster's metadata;
+/// it holds streams only in a cluster of one group. Streams kept out of
+/// it are copied to `replication` nodes, not to every node.
+pub fn stream_group(name: &str, group_count: usize) -> usize {
+    if group_count <= 1 {
+        return 0;
+    }
+    1 + crate::node::group_index(name, group_count - 1)
+}
+
 /// The placement of a cluster's groups: group 0 (the control group: the
 /// cluster's metadata and subscriptions) on every member, the data
 /// groups `1..group_count` placed by [`target`] with `replication`

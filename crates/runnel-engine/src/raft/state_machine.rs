@@ -88,6 +88,9 @@ impl GroupShared {
     /// group before the new point are covered by the file (its vote is
     /// refreshed with it).
     pub async fn advance_replay_point(&self) -> Result<(), StorageError> {
+        // A snapshot built meanwhile must not be overwritten by this older
+        // file (whose state points at bytes the new one may have let go).
+        let _gate = self.file_gate.lock().await;
         let Some(persisted) = self.persisted.lock().expect("snapshot lock").clone() else {
             return Ok(());
         };

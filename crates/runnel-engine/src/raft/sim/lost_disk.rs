@@ -17,7 +17,7 @@ use runnel_core::{Applied, ReadFrom};
 
 use super::{append_text, converge, create_text, run_simulated, seeds, Sim, NODES};
 use crate::cluster::ClusterNode;
-use crate::node::group_index;
+use crate::placement::stream_group;
 use crate::raft::runtime::seed_thread_rng;
 use crate::raft::vote_guard::OwnCopy;
 use crate::NodeEngine;
@@ -48,7 +48,7 @@ fn node(sim: &Sim, i: usize) -> &Arc<ClusterNode> {
 }
 
 fn group(node: &ClusterNode) -> &crate::raft::group::RaftGroup {
-    &node.groups()[group_index(NAME, node.groups().len())]
+    &node.groups()[stream_group(NAME, node.groups().len())]
 }
 
 /// The index (0-based) of the node every running node sees leading the

@@ -57,7 +57,8 @@ use runnel_history::record::payload;
 use self::net::{SimNet, SimTransport};
 use crate::cluster::identity::Identity;
 use crate::cluster::{ClusterConfig, ClusterNode};
-use crate::node::{group_index, EngineConfig};
+use crate::node::EngineConfig;
+use crate::placement::stream_group;
 use crate::raft::runtime::seed_thread_rng;
 use crate::{NodeEngine, Route};
 
@@ -117,7 +118,7 @@ impl Sim {
     /// founders and itself.
     fn config(&self, i: usize) -> ClusterConfig {
         let mut engine = EngineConfig::new(self.dir.path().join(format!("n{}", i + 1)));
-        engine.groups = 2;
+        engine.groups = 3;
         engine.segment_bytes = 64 << 10;
         engine.checkpoint_interval = Duration::from_secs(3);
         let known = NODES.max(i as u64 + 1);
@@ -626,7 +627,7 @@ async fn check(sim: &Sim, seed: u64, history: &History) {
         let name = stream_name(stream);
         let mut replicas = Vec::new();
         for node in sim.alive() {
-            let group = &node.groups()[group_index(&name, node.groups().len())];
+            let group = &node.groups()[stream_group(&name, node.groups().len())];
             if !node.holds(group) {
                 continue;
             }
