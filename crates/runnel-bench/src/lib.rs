@@ -17,6 +17,7 @@ pub mod client;
 mod common;
 pub mod fan_out;
 pub mod history;
+pub mod leaders;
 pub mod log;
 pub mod multi_stream;
 pub mod replay;

@@ -35,6 +35,10 @@ pub struct Args {
     pub rate: Option<f64>,
     #[arg(long, default_value = "text/plain")]
     pub content_type: String,
+    /// Runnel clusters: send each stream's appends to the node that leads
+    /// its group (as it was when the run began) rather than round robin.
+    #[arg(long)]
+    pub to_leader: bool,
 }
 
 struct WriterResult {
@@ -58,9 +62,14 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         .filter(|r| *r > 0.0);
     let payload = Bytes::from(common::padded_payload("runnel-bench ", args.payload_bytes));
 
+    let target_of: Vec<usize> = if args.to_leader {
+        crate::leaders::leader_of_each(&targets, &names).await?
+    } else {
+        (0..names.len()).map(|i| i % targets.len()).collect()
+    };
     let mut connections = Vec::with_capacity(names.len());
-    for (i, _) in names.iter().enumerate() {
-        connections.push(Connection::open(&targets[i % targets.len()]).await?);
+    for at in &target_of {
+        connections.push(Connection::open(&targets[*at]).await?);
     }
     let done = Arc::new(AtomicU64::new(0));
     let cpu_start = process_cpu_secs();
@@ -147,6 +156,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
             "rate_per_stream": per_stream_rate,
             "open_loop": per_stream_rate.is_some(),
             "content_type": args.content_type,
+            "to_leader": args.to_leader,
         }),
         elapsed,
         counts,
