@@ -290,3 +290,69 @@ fn the_published_command_lines_run_as_printed() {
         assert_eq!(r["counts"]["error"], 0, "{line}: {r}");
     }
 }
+
+/// Appends answered with 2xx by the nodes of `cluster`, summed: a
+/// forwarded append counts at the node the client reached and again at
+/// the leader it was forwarded to.
+async fn appends_answered(cluster: &common::cluster::Cluster) -> u64 {
+    let mut total = 0;
+    for i in cluster.running() {
+        let text = reqwest::get(format!("{}/metrics", cluster.base(i)))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        total += text
+            .lines()
+            .filter(|l| l.starts_with("runnel_http_requests_total{route=\"append\",code=\"2xx\"}"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .sum::<u64>();
+    }
+    total
+}
+
+/// `--to-leader` sends each stream's appends to its group's leader: no
+/// append is forwarded (round robin forwards most of them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn to_leader_sends_each_stream_to_its_groups_leader() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = common::cluster::Cluster::start(dir.path(), 3, &["--groups", "4"]).await;
+    cluster
+        .wait_for_leaders(std::time::Duration::from_secs(10))
+        .await;
+    let targets: Vec<String> = (0..3).map(|i| cluster.base(i)).collect();
+    let targets = targets.join(",");
+    let mut forwarded = Vec::new();
+    for to_leader in [false, true] {
+        let json = dir.path().join(format!("to-leader-{to_leader}.json"));
+        let mut args = vec![
+            "multi-stream",
+            "--target",
+            &targets,
+            "--streams",
+            "12",
+            "--rate",
+            "300",
+            "--duration-secs",
+            "1",
+            "--quiet",
+            "--json",
+            json.to_str().unwrap(),
+        ];
+        if to_leader {
+            args.push("--to-leader");
+        }
+        // Creating the streams counts no append; the probe is a HEAD.
+        let before = appends_answered(&cluster).await;
+        bench(&args);
+        let answered = appends_answered(&cluster).await - before;
+        let r = result(&json);
+        assert_eq!(r["counts"]["error"], 0, "{r}");
+        let ok = r["counts"]["ok"].as_u64().unwrap();
+        assert!(ok > 100, "{r}");
+        forwarded.push(answered - ok);
+    }
+    assert!(forwarded[0] > 0, "round robin forwarded nothing");
+    assert_eq!(forwarded[1], 0, "--to-leader forwarded appends");
+}
