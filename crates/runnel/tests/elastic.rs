@@ -5,7 +5,8 @@
 //! drained and removed; node 3 dies with its disk and node 7 replaces it.
 //! After each step every group but group 0 has three replicas, spread
 //! evenly. No acknowledged append is lost, the writers see no error,
-//! and every replica of every group ends identical.
+//! and every replica of every group ends identical. A `ctl node add`
+//! killed in the middle of a replica move is finished by running it again.
 
 mod common;
 
@@ -13,7 +14,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::membership::{ctl_node, ctl_node_add, replace_dead_node};
+use common::membership::{ctl_node, ctl_node_add, ctl_node_killed_after, replace_dead_node};
 use common::writers::{assert_read_back, Writers};
 
 const GROUPS: usize = 6;
@@ -130,4 +131,59 @@ async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
         "writers saw errors"
     );
     assert_read_back(&client, &cluster, &running, &written).await;
+}
+
+/// `runnel ctl node add` killed halfway through a replica move (a data
+/// group has gained the new node and not yet lost the replica it moves
+/// from) is finished by running it again; a third run has nothing to
+/// move, and no group keeps a learner or an extra voter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_add_killed_mid_move_is_finished_by_running_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--groups", "6", "--replication-factor", "3"];
+    let mut cluster = Cluster::start(dir.path(), 4, &flags).await;
+    assert_placed(&cluster, &[0, 1, 2, 3], &[1, 2, 3, 4]).await;
+    let fifth = cluster.start_joiner().await;
+    let addr = format!("127.0.0.1:{}", cluster.ports[fifth]);
+    let target = cluster.base(0);
+    let add = [
+        "add",
+        "--node-id",
+        "5",
+        "--addr",
+        &addr,
+        "--target",
+        &target,
+    ];
+    // The first change adds node 5 to group 0, the second to a data group.
+    let printed = ctl_node_killed_after(&add, 2).await;
+    eprint!("{printed}");
+    let changes = printed.lines().filter(|l| l.starts_with("group ")).count();
+    assert_eq!(changes, 2, "{printed}");
+
+    let (ok, stdout, stderr) = ctl_node_add(5, &addr, &target).await;
+    assert!(ok, "the second run failed: {stderr}");
+    eprint!("{stderr}{stdout}");
+    let (ok, _, stderr) = ctl_node_add(5, &addr, &target).await;
+    assert!(ok && stderr.contains("nothing to move"), "{stderr}");
+    let running = [0, 1, 2, 3, fifth];
+    assert_placed(&cluster, &running, &[1, 2, 3, 4, 5]).await;
+    for node in running {
+        let status = cluster.status(node).await.unwrap();
+        for group in status["groups"].as_array().unwrap() {
+            assert_eq!(group["learners"], serde_json::json!([]), "{group}");
+        }
+    }
+
+    // Every node serves every group.
+    let client = reqwest::Client::new();
+    for (i, node) in running.iter().enumerate() {
+        let name = format!("after-the-cut-{i}");
+        common::create_text(&client, &cluster.stream_url(*node, &name), "a").await;
+        for other in running {
+            let url = cluster.stream_url(other, &name);
+            assert_eq!(common::get_text(&client, &url).await, "a");
+        }
+    }
+    cluster.wait_for_convergence(Duration::from_secs(20)).await;
 }

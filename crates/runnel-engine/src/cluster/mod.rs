@@ -43,8 +43,7 @@ use crate::raft::starter::RaftStarter;
 use crate::raft::state_machine::{AppliedPoint, GroupShared, Persisted};
 use crate::raft::transport::{raft_addr, Links, PeerQueries, Served, TcpTransport, Transport};
 use crate::raft::vote_guard::VoteGuard;
-use crate::raft::NodeId;
-use crate::raft::{rebalance, snapshot};
+use crate::raft::{rebalance, snapshot, NodeId};
 use crate::tier::{self, GroupTier, Tiering};
 use crate::view::GroupView;
 use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
@@ -54,6 +53,7 @@ use identity::Identity;
 mod formation;
 pub mod hosting;
 pub mod identity;
+mod joint;
 pub mod membership;
 mod reads;
 mod recovery;
@@ -384,6 +384,11 @@ impl ClusterNode {
             groups.clone(),
             shares.clone(),
             Arc::clone(&starter),
+            Arc::clone(&hosting),
+        )));
+        tasks.push(tokio::spawn(joint::finish_joint_changes(
+            groups.clone(),
+            config.node_id,
             Arc::clone(&hosting),
         )));
         tasks.push(tokio::spawn(rebalance::rebalance(

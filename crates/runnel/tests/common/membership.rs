@@ -22,6 +22,42 @@ pub async fn ctl_node(args: &[&str]) -> (bool, String, String) {
     .unwrap()
 }
 
+/// Runs `runnel ctl node ARGS...` and kills it (SIGKILL) once it has
+/// printed `changes` membership changes ("group G: voters ..." lines);
+/// answers what it printed on stderr.
+pub async fn ctl_node_killed_after(args: &[&str], changes: usize) -> String {
+    use std::io::{BufRead, BufReader};
+    let args: Vec<String> = args.iter().map(|a| a.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .args(["ctl", "node"])
+            .args(&args)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("runnel ctl runs");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let mut printed = String::new();
+        let mut seen = 0;
+        for line in BufReader::new(stderr).lines() {
+            let line = line.expect("ctl's stderr");
+            printed.push_str(&line);
+            printed.push('\n');
+            if line.starts_with("group ") {
+                seen += 1;
+                if seen == changes {
+                    let _ = child.kill();
+                    break;
+                }
+            }
+        }
+        let _ = child.wait();
+        printed
+    })
+    .await
+    .unwrap()
+}
+
 /// Runs `runnel ctl node add --node-id NODE_ID --addr ADDR --target
 /// TARGET`; answers (success, stdout, stderr).
 pub async fn ctl_node_add(node_id: u64, addr: &str, target: &str) -> (bool, String, String) {
