@@ -117,15 +117,7 @@ async fn a_replica_moves_to_a_new_node_and_the_old_one_forwards() {
     assert!(stdout.contains("moved from node 1 to node 4"), "{stdout}");
 
     // Node 1 finds out it left, and drops its copy.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let status = group_status(&cluster, 0, 1).await;
-        if status["state"] == "elsewhere" && status["leader"].as_u64().is_some() {
-            break;
-        }
-        assert!(Instant::now() < deadline, "node 1 kept group 1: {status}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_until_dropped(&cluster, &dir, 0).await;
     let left = std::fs::read_to_string(dir.path().join("n1").join("left-groups")).unwrap();
     assert!(left.starts_with("1 "), "{left:?}");
     let status = group_status(&cluster, 1, 1).await;
@@ -215,45 +207,54 @@ async fn move_group_1(cluster: &Cluster, from: usize, to: usize) {
     assert!(stdout.contains(&said), "{stdout}");
 }
 
-/// Waits until node `node` holds group 1 as a voter, among `voters`.
-async fn wait_until_held(cluster: &Cluster, node: usize, voters: &[u64]) {
-    let deadline = Instant::now() + Duration::from_secs(30);
+/// Waits, at most `secs`, until node `node`'s view of group 1 passes
+/// `done`; else fails, saying the node `fails_as` with its view.
+async fn wait_for_group_1(
+    cluster: &Cluster,
+    node: usize,
+    secs: u64,
+    fails_as: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
     loop {
         let status = group_status(cluster, node, 1).await;
-        let member = matches!(status["state"].as_str(), Some("Leader" | "Follower"));
-        if member && status["voters"] == serde_json::json!(voters) {
+        if done(&status) {
             return;
         }
         assert!(
             Instant::now() < deadline,
-            "node {} does not hold group 1: {status}",
+            "node {} {fails_as}: {status}",
             node + 1
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-/// Waits until node `node` (an index) dropped its copy of group 1.
+/// Waits until node `node` holds group 1 as a voter, among `voters`.
+async fn wait_until_held(cluster: &Cluster, node: usize, voters: &[u64]) {
+    let voters = serde_json::json!(voters);
+    wait_for_group_1(cluster, node, 30, "does not hold group 1", |status| {
+        let member = matches!(status["state"].as_str(), Some("Leader" | "Follower"));
+        member && status["voters"] == voters
+    })
+    .await;
+}
+
+/// Waits until node `node` (an index) dropped its copy of group 1: it
+/// serves the group elsewhere, at a leader it knows, and `left-groups`
+/// notes it.
 async fn wait_until_dropped(cluster: &Cluster, dir: &tempfile::TempDir, node: usize) {
-    let deadline = Instant::now() + Duration::from_secs(20);
     let left = dir
         .path()
         .join(format!("n{}", node + 1))
         .join("left-groups");
-    loop {
-        let status = group_status(cluster, node, 1).await;
+    wait_for_group_1(cluster, node, 20, "kept group 1", |status| {
         let noted =
             std::fs::read_to_string(&left).is_ok_and(|l| l.lines().any(|l| l.starts_with("1 ")));
-        if status["state"] == "elsewhere" && noted {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "node {} kept group 1: {status}",
-            node + 1
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        status["state"] == "elsewhere" && status["leader"].as_u64().is_some() && noted
+    })
+    .await;
 }
 
 /// Every stream name node `node` lists, a page of one at a time.
