@@ -24,9 +24,10 @@ use std::sync::Arc;
 /// ([`crate::fork_copy`]); version 3 tiered chunks, snapshot placements
 /// and the queue of objects to delete ([`crate::tier`]); version 4 the
 /// subscriptions ([`crate::subscription`], as JSON); version 5 the
-/// cluster id, version 6 the retired nodes ([`crate::cluster_meta`]).
+/// cluster id, version 6 the retired nodes, version 7 the replication
+/// factor ([`crate::cluster_meta`]).
 /// Earlier versions still load.
-const CHECKPOINT_VERSION: u8 = 6;
+const CHECKPOINT_VERSION: u8 = 7;
 
 /// A group's state taken for a checkpoint under its lock, encoded after.
 ///
@@ -116,6 +117,7 @@ impl StreamsState {
         for node in &self.retired_nodes {
             w.u64(*node);
         }
+        w.opt_u64(self.replication.map(u64::from));
         CheckpointCapture {
             bytes: w.finish(),
             cuts,
@@ -180,6 +182,12 @@ impl StreamsState {
             for _ in 0..r.u64()? {
                 state.retired_nodes.insert(r.u64()?);
             }
+        }
+        if version >= 7 {
+            state.replication = r
+                .opt_u64()?
+                .map(|f| u32::try_from(f).map_err(|_| CodecError::Invalid("replication factor")))
+                .transpose()?;
         }
         r.expect_end()?;
         Ok(state)

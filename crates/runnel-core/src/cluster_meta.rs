@@ -8,7 +8,11 @@
 //! applied names the cluster for good; later ones change nothing and
 //! learn the id that stands. [`Command::RetireNode`](crate::Command::RetireNode)
 //! adds a node id to the retired ones, which are never members again.
-//! Both are part of the state, so checkpoints and snapshots carry them to
+//! [`Command::SetReplication`](crate::Command::SetReplication) sets how
+//! many replicas each data group has: the node that forms the cluster
+//! proposes its `--replication-factor` as the initial one (applied only
+//! while none is set), and `runnel ctl node rebalance` changes it. All
+//! three are part of the state, so checkpoints and snapshots carry them to
 //! replicas that join later.
 
 use crate::error::CoreError;
@@ -16,6 +20,10 @@ use crate::state::{Applied, StreamsState};
 
 /// The longest cluster id accepted.
 pub const MAX_LEN: usize = 64;
+
+/// The most replicas of a group a cluster may ask for: more voters than
+/// this make every write wait on a quorum too large to be useful.
+pub const MAX_REPLICATION: u32 = 15;
 
 /// Checks a cluster id: 1 to [`MAX_LEN`] characters of ASCII letters,
 /// digits, `.`, `_` and `-` (it travels in file names, headers and logs).
@@ -51,6 +59,29 @@ impl StreamsState {
     /// The nodes removed from the cluster for good, in id order.
     pub fn retired_nodes(&self) -> impl Iterator<Item = u64> + '_ {
         self.retired_nodes.iter().copied()
+    }
+
+    /// The replication factor of the cluster's data groups, once set.
+    pub fn replication(&self) -> Option<u32> {
+        self.replication
+    }
+
+    pub(crate) fn set_replication(
+        &mut self,
+        factor: u32,
+        initial: bool,
+    ) -> Result<Applied, CoreError> {
+        if !(1..=MAX_REPLICATION).contains(&factor) {
+            return Err(CoreError::InvalidReplication { factor });
+        }
+        let set = !(initial && self.replication.is_some()) && self.replication != Some(factor);
+        if set {
+            self.replication = Some(factor);
+        }
+        Ok(Applied::Replication {
+            factor: self.replication.unwrap_or(factor),
+            set,
+        })
     }
 
     pub(crate) fn retire_node(&mut self, node: u64) -> Applied {
@@ -153,13 +184,55 @@ mod tests {
         let named = state.digest();
         run(&mut state, Command::RetireNode { node: 7 }).expect("retired");
         assert_ne!(state.digest(), named);
+        let retired = state.digest();
+        replicate(&mut state, 3, true).expect("set");
+        assert_ne!(state.digest(), retired);
         let bytes = state.capture_checkpoint().encode();
         let restored = StreamsState::decode_checkpoint(&bytes).expect("decodes");
         assert_eq!(restored.cluster_id(), Some("prod-eu"));
         assert!(restored.is_retired(7));
+        assert_eq!(restored.replication(), Some(3));
         assert_eq!(restored.digest(), state.digest());
         let unnamed = StreamsState::new().capture_checkpoint().encode();
         let restored = StreamsState::decode_checkpoint(&unnamed).expect("decodes");
         assert_eq!(restored.cluster_id(), None);
+        assert_eq!(restored.replication(), None);
+    }
+
+    fn replicate(
+        state: &mut StreamsState,
+        factor: u32,
+        initial: bool,
+    ) -> Result<Applied, CoreError> {
+        run(state, Command::SetReplication { factor, initial })
+    }
+
+    #[test]
+    fn the_initial_factor_sets_only_an_unset_one_and_a_change_replaces_it() {
+        let mut state = StreamsState::new();
+        assert_eq!(state.replication(), None);
+        let applied = |factor, set| Ok(Applied::Replication { factor, set });
+        assert_eq!(replicate(&mut state, 3, true), applied(3, true));
+        // A second forming node's flag does not override the first.
+        assert_eq!(replicate(&mut state, 5, true), applied(3, false));
+        assert_eq!(replicate(&mut state, 5, false), applied(5, true));
+        assert_eq!(replicate(&mut state, 5, false), applied(5, false));
+        assert_eq!(replicate(&mut state, 2, false), applied(2, true));
+        assert_eq!(state.replication(), Some(2));
+    }
+
+    #[test]
+    fn factors_out_of_range_are_refused_and_change_nothing() {
+        let mut state = StreamsState::new();
+        for bad in [0, MAX_REPLICATION + 1, u32::MAX] {
+            for initial in [true, false] {
+                assert_eq!(
+                    replicate(&mut state, bad, initial),
+                    Err(CoreError::InvalidReplication { factor: bad })
+                );
+            }
+        }
+        assert_eq!(state.replication(), None);
+        assert!(replicate(&mut state, MAX_REPLICATION, false).is_ok());
     }
 }

@@ -164,6 +164,13 @@ pub enum Command {
     RetireNode {
         node: u64,
     },
+    /// Replicas of each data group (the control group's; see
+    /// [`crate::cluster_meta`]). `initial`: only if none was set yet
+    /// (what the node that forms the cluster proposes).
+    SetReplication {
+        factor: u32,
+        initial: bool,
+    },
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -212,7 +219,8 @@ impl Command {
             | Command::ObjectsDeleted { .. }
             | Command::Subscription(_)
             | Command::SetClusterId { .. }
-            | Command::RetireNode { .. } => (None, None),
+            | Command::RetireNode { .. }
+            | Command::SetReplication { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -280,6 +288,7 @@ const TAG_OBJECTS_DELETED: u8 = 13;
 const TAG_SUBSCRIPTION: u8 = 14;
 const TAG_SET_CLUSTER_ID: u8 = 15;
 const TAG_RETIRE_NODE: u8 = 16;
+const TAG_SET_REPLICATION: u8 = 17;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -427,6 +436,11 @@ impl Entry {
             Command::RetireNode { node } => {
                 w.u8(TAG_RETIRE_NODE);
                 w.u64(*node);
+            }
+            Command::SetReplication { factor, initial } => {
+                w.u8(TAG_SET_REPLICATION);
+                w.u64(u64::from(*factor));
+                w.bool(*initial);
             }
         }
         w.raw(data);
@@ -582,6 +596,11 @@ impl Entry {
             ),
             TAG_SET_CLUSTER_ID => Command::SetClusterId { id: r.string()? },
             TAG_RETIRE_NODE => Command::RetireNode { node: r.u64()? },
+            TAG_SET_REPLICATION => Command::SetReplication {
+                factor: u32::try_from(r.u64()?)
+                    .map_err(|_| CodecError::Invalid("replication factor"))?,
+                initial: r.bool()?,
+            },
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {
@@ -595,193 +614,4 @@ impl Entry {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use proptest::prelude::*;
-
-    fn sample_entries() -> Vec<Entry> {
-        vec![
-            Entry {
-                now_ms: 1_700_000_000_000,
-                command: Command::Create(CreateStream {
-                    name: "a/b".into(),
-                    content_type: Some("application/json".into()),
-                    ttl_secs: Some(60),
-                    expires_at_ms: None,
-                    closed: false,
-                    fork: Some(ForkFrom {
-                        source: "src".into(),
-                        offset: Some(7),
-                        sub_offset: 2,
-                    }),
-                    body: Body {
-                        data: b"{},".to_vec(),
-                        message_ends: vec![3],
-                    },
-                    compaction: true,
-                    retention: Retention {
-                        max_bytes: Some(10),
-                        max_age_secs: None,
-                    },
-                    inherit: None,
-                }),
-            },
-            Entry {
-                now_ms: -5,
-                command: Command::Append(AppendToStream {
-                    name: "s".into(),
-                    content_type: None,
-                    body: Body::default(),
-                    producer: Some(Producer {
-                        id: "p".into(),
-                        epoch: 3,
-                        seq: 9,
-                    }),
-                    stream_seq: Some("001".into()),
-                    close: true,
-                }),
-            },
-            Entry {
-                now_ms: 0,
-                command: Command::Delete { name: "x".into() },
-            },
-            Entry {
-                now_ms: 0,
-                command: Command::Expire { ids: vec![1, 2, 3] },
-            },
-            Entry {
-                now_ms: 7,
-                command: Command::PutSnapshot(PutSnapshot {
-                    name: "s".into(),
-                    offset: 12,
-                    content_type: "application/json".into(),
-                    digest: [9; 32],
-                    server_made: true,
-                    body: Body {
-                        data: b"[1,2]".to_vec(),
-                        message_ends: vec![],
-                    },
-                }),
-            },
-            Entry {
-                now_ms: 8,
-                command: Command::DeleteSnapshot {
-                    name: "s".into(),
-                    offset: 12,
-                },
-            },
-            Entry {
-                now_ms: 9,
-                command: Command::Trim {
-                    name: "s".into(),
-                    before: 4,
-                },
-            },
-            Entry {
-                now_ms: 10,
-                command: Command::Tier {
-                    stream: 3,
-                    term: 5,
-                    chunk: sample_chunk(),
-                },
-            },
-            Entry {
-                now_ms: 11,
-                command: Command::TierSnapshot {
-                    stream: 3,
-                    term: 5,
-                    offset: 12,
-                    server_made: true,
-                    from_loc: 77,
-                    object: sample_chunk(),
-                },
-            },
-            Entry {
-                now_ms: 12,
-                command: Command::ObjectsDeleted { up_to: 41 },
-            },
-            Entry {
-                now_ms: 13,
-                command: Command::Subscription(Box::new(SubCommand::Ack {
-                    id: "sub-1".into(),
-                    generation: 3,
-                    wake_id: "w_1".into(),
-                    acks: vec![("events/a".into(), 42)],
-                    done: true,
-                    lease_until_ms: 99,
-                })),
-            },
-        ]
-    }
-
-    fn sample_chunk() -> ColdChunk {
-        ColdChunk {
-            start: 10,
-            end: 20,
-            footer_len: 16,
-            block_size: 1 << 20,
-            newest_at_ms: 4,
-            term: 5,
-            node: 2,
-            nonce: u64::MAX,
-        }
-    }
-
-    #[test]
-    fn entries_round_trip() {
-        for entry in sample_entries() {
-            let bytes = entry.encode();
-            assert_eq!(Entry::decode(&bytes).unwrap(), entry);
-        }
-    }
-
-    #[test]
-    fn data_is_the_suffix_of_the_encoding() {
-        for entry in sample_entries() {
-            let bytes = entry.encode();
-            let data = entry
-                .command
-                .body()
-                .map(|b| b.data.clone())
-                .unwrap_or_default();
-            assert!(bytes.ends_with(&data));
-            let (header_only, data_len) = Entry::decode_header(&bytes).unwrap();
-            assert_eq!(data_len, data.len() as u64);
-            assert!(header_only.command.body().is_none_or(|b| b.data.is_empty()));
-        }
-    }
-
-    #[test]
-    fn truncated_entries_are_errors_not_panics() {
-        for entry in sample_entries() {
-            let bytes = entry.encode();
-            let header = bytes.len() - entry.command.body().map(|b| b.data.len()).unwrap_or(0);
-            for cut in 0..header {
-                assert!(Entry::decode(&bytes[..cut]).is_err(), "cut at {cut}");
-            }
-        }
-    }
-
-    proptest! {
-        #[test]
-        fn arbitrary_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..128)) {
-            let _ = Entry::decode(&bytes);
-            let _ = Entry::decode_header(&bytes);
-        }
-
-        #[test]
-        fn appends_round_trip(
-            name in ".{0,40}",
-            data in proptest::collection::vec(any::<u8>(), 0..200),
-            seq in proptest::option::of(".{0,10}"),
-            now in any::<i64>(),
-        ) {
-            let entry = Entry { now_ms: now, command: Command::Append(AppendToStream {
-                name, content_type: Some("text/plain".into()),
-                body: Body { data, message_ends: vec![] },
-                producer: None, stream_seq: seq, close: false,
-            })};
-            prop_assert_eq!(Entry::decode(&entry.encode()).unwrap(), entry);
-        }
-    }
-}
+mod tests;

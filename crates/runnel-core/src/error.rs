@@ -63,6 +63,12 @@ pub enum CoreError {
     /// A cluster id that [`crate::cluster_meta::validate`] refuses.
     #[error("invalid cluster id: {reason}")]
     InvalidClusterId { reason: String },
+    /// A replication factor outside `1..=`[`crate::cluster_meta::MAX_REPLICATION`].
+    #[error(
+        "a replication factor is 1 to {max}, not {factor}",
+        max = crate::cluster_meta::MAX_REPLICATION
+    )]
+    InvalidReplication { factor: u32 },
     /// A subscription command refused by the protocol's rules.
     #[error(transparent)]
     Subscription(#[from] crate::subscription::SubError),

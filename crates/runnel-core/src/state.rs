@@ -78,6 +78,12 @@ pub enum Applied {
     NodeRetired {
         newly: bool,
     },
+    /// The replication factor that stands after the command; `set`: this
+    /// command changed it.
+    Replication {
+        factor: u32,
+        set: bool,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -190,6 +196,8 @@ pub struct StreamsState {
     pub(crate) cluster_id: Option<String>,
     /// Nodes removed for good, in the control group.
     pub(crate) retired_nodes: std::collections::BTreeSet<u64>,
+    /// Replicas of each data group, in the control group, once set.
+    pub(crate) replication: Option<u32>,
 }
 
 impl StreamsState {
@@ -267,6 +275,7 @@ impl StreamsState {
                 .map_err(CoreError::Subscription),
             Command::SetClusterId { id } => self.set_cluster_id(id),
             Command::RetireNode { node } => Ok(self.retire_node(*node)),
+            Command::SetReplication { factor, initial } => self.set_replication(*factor, *initial),
         }
     }
 
@@ -375,6 +384,9 @@ impl StreamsState {
         }
         for node in &self.retired_nodes {
             feed(&node.to_le_bytes());
+        }
+        if let Some(factor) = self.replication {
+            feed(&factor.to_le_bytes());
         }
         hash
     }

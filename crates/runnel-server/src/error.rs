@@ -278,7 +278,8 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         CoreError::SnapshotNotFound => StatusCode::NOT_FOUND,
         CoreError::SnapshotOffsetInvalid
         | CoreError::TrimOffsetInvalid
-        | CoreError::InvalidClusterId { .. } => StatusCode::BAD_REQUEST,
+        | CoreError::InvalidClusterId { .. }
+        | CoreError::InvalidReplication { .. } => StatusCode::BAD_REQUEST,
         // Internal: the engine resolves these before proposing, and
         // tiering commands never come from a client.
         CoreError::SubOffsetInTieredHistory | CoreError::TierRefused { .. } => {

@@ -125,11 +125,13 @@ pub struct ServeArgs {
     /// often [default: 350].
     #[arg(long)]
     pub election_timeout_ms: Option<u64>,
-    /// In a cluster, how many nodes hold each group's replicas: a new
-    /// cluster forms each group on this many of its nodes, and `runnel
-    /// ctl node` keeps to it as nodes come and go. Group 0 (the cluster's
-    /// metadata and subscriptions) is on every node. Give every node the
-    /// same [default: 3].
+    /// In a new cluster, how many nodes hold each data group's replicas
+    /// (1 to 15): the cluster forms each group on this many of its nodes
+    /// and keeps the factor in its metadata; `runnel ctl node` keeps to
+    /// it as nodes come and go, and `runnel ctl node rebalance
+    /// --replication-factor N` changes it. Once a cluster has formed, the
+    /// flag changes nothing. Group 0 (the cluster's metadata and
+    /// subscriptions) is on every node [default: 3].
     #[arg(long)]
     pub replication_factor: Option<u64>,
     /// In a cluster, how long a request that meets a leadership change
@@ -465,8 +467,11 @@ impl ServeArgs {
                     }
                     other => other.map(Duration::from_millis),
                 };
+                let most = runnel_engine::cluster::MAX_REPLICATION;
                 let replication = match pick!(replication_factor) {
-                    Some(0) => return Err("replication-factor must be at least 1".into()),
+                    Some(r) if r == 0 || r > u64::from(most) => {
+                        return Err(format!("replication-factor is 1 to {most}, not {r}"))
+                    }
                     Some(r) => r as usize,
                     None => runnel_engine::cluster::DEFAULT_REPLICATION,
                 };

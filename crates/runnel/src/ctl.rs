@@ -2,8 +2,8 @@
 //! `/_runnel/status` reports: the nodes, and per group its leader, term,
 //! log and applied indexes and each follower's replication lag.
 //! `rotate-webhook-key` replaces the key that signs webhooks. `node add`,
-//! `node remove` and `node replace` change the cluster's membership
-//! ([`membership`]).
+//! `node remove` and `node replace` change the cluster's membership,
+//! `node rebalance` its placement and replication factor ([`membership`]).
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -98,6 +98,19 @@ pub enum NodeCommand {
         /// The new node's HTTP address, HOST:PORT.
         #[arg(long)]
         addr: String,
+        #[command(flatten)]
+        common: NodeArgs,
+    },
+    /// Place the replicas as they should be for the current members
+    /// (balanced, each data group on the replication factor's number of
+    /// nodes), moving them one at a time; with --replication-factor, set
+    /// the cluster's factor first. Idempotent: with nothing to move it
+    /// changes nothing.
+    Rebalance {
+        /// The cluster's new replication factor (1 to 15): groups gain
+        /// or lose replicas to match.
+        #[arg(long)]
+        replication_factor: Option<u32>,
         #[command(flatten)]
         common: NodeArgs,
     },

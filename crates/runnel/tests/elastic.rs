@@ -10,55 +10,13 @@
 
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::membership::{ctl_node, ctl_node_add, ctl_node_killed_after, replace_dead_node};
+use common::membership::{
+    assert_placed, ctl_node, ctl_node_add, ctl_node_killed_after, replace_dead_node,
+};
 use common::writers::{assert_read_back, Writers};
-
-const GROUPS: usize = 6;
-
-/// Each group's voters, from the statuses of `nodes` (each group as a
-/// node that holds it reports it).
-async fn placement(cluster: &Cluster, nodes: &[usize]) -> Vec<Vec<u64>> {
-    let mut groups = vec![Vec::new(); GROUPS];
-    for &node in nodes {
-        let status = cluster.status(node).await.expect("status answers");
-        for (g, group) in status["groups"].as_array().unwrap().iter().enumerate() {
-            let voters: Vec<u64> = group["voters"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_u64().unwrap())
-                .collect();
-            if !voters.is_empty() {
-                groups[g] = voters;
-            }
-        }
-    }
-    groups
-}
-
-/// Asserts the placement the running `nodes` (indexes) report: group 0
-/// on exactly `members` (ids), every other group on three of them, and
-/// data replicas per node differing by at most one.
-async fn assert_placed(cluster: &Cluster, nodes: &[usize], members: &[u64]) {
-    let placed = placement(cluster, nodes).await;
-    assert_eq!(placed[0], members, "group 0: {placed:?}");
-    let mut load: BTreeMap<u64, usize> = members.iter().map(|m| (*m, 0)).collect();
-    for (g, voters) in placed.iter().enumerate().skip(1) {
-        assert_eq!(voters.len(), 3, "group {g}: {placed:?}");
-        for v in voters {
-            *load
-                .get_mut(v)
-                .unwrap_or_else(|| panic!("group {g} on {v}: {placed:?}")) += 1;
-        }
-    }
-    let (low, high) = (load.values().min().unwrap(), load.values().max().unwrap());
-    assert!(high - low <= 1, "replicas per node {load:?}: {placed:?}");
-    eprintln!("placed: {placed:?}");
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
@@ -69,7 +27,7 @@ async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
         .timeout(Duration::from_secs(15))
         .build()
         .unwrap();
-    assert_placed(&cluster, &[0, 1, 2, 3, 4], &[1, 2, 3, 4, 5]).await;
+    assert_placed(&cluster, &[0, 1, 2, 3, 4], &[1, 2, 3, 4, 5], 3).await;
     let status = cluster.status(0).await.unwrap();
     assert_eq!(status["replication_factor"], 3, "{status}");
     // Subscriptions need every group on every node: refused, and said so.
@@ -102,7 +60,7 @@ async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
         "{stdout}"
     );
     writers.add_target(cluster.base(sixth));
-    assert_placed(&cluster, &[0, 1, 2, 3, 4, sixth], &[1, 2, 3, 4, 5, 6]).await;
+    assert_placed(&cluster, &[0, 1, 2, 3, 4, sixth], &[1, 2, 3, 4, 5, 6], 3).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Node 2 is drained, removed and stopped.
@@ -113,13 +71,13 @@ async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
     eprint!("{stderr}{stdout}");
     assert!(stdout.contains("node 2 retired"), "{stdout}");
     cluster.kill(1);
-    assert_placed(&cluster, &[0, 2, 3, 4, sixth], &[1, 3, 4, 5, 6]).await;
+    assert_placed(&cluster, &[0, 2, 3, 4, sixth], &[1, 3, 4, 5, 6], 3).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
 
     // Node 3's machine dies with its disk; node 7 replaces it.
     let (seventh, _) = replace_dead_node(&mut cluster, &writers, dir.path(), 2, 7, 3).await;
     let running = [0, 3, 4, sixth, seventh];
-    assert_placed(&cluster, &running, &[1, 4, 5, 6, 7]).await;
+    assert_placed(&cluster, &running, &[1, 4, 5, 6, 7], 3).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     let errors = writers.errors.clone();
@@ -142,7 +100,7 @@ async fn a_node_add_killed_mid_move_is_finished_by_running_it_again() {
     let dir = tempfile::tempdir().unwrap();
     let flags = ["--groups", "6", "--replication-factor", "3"];
     let mut cluster = Cluster::start(dir.path(), 4, &flags).await;
-    assert_placed(&cluster, &[0, 1, 2, 3], &[1, 2, 3, 4]).await;
+    assert_placed(&cluster, &[0, 1, 2, 3], &[1, 2, 3, 4], 3).await;
     let fifth = cluster.start_joiner().await;
     let addr = format!("127.0.0.1:{}", cluster.ports[fifth]);
     let target = cluster.base(0);
@@ -167,7 +125,7 @@ async fn a_node_add_killed_mid_move_is_finished_by_running_it_again() {
     let (ok, _, stderr) = ctl_node_add(5, &addr, &target).await;
     assert!(ok && stderr.contains("nothing to move"), "{stderr}");
     let running = [0, 1, 2, 3, fifth];
-    assert_placed(&cluster, &running, &[1, 2, 3, 4, 5]).await;
+    assert_placed(&cluster, &running, &[1, 2, 3, 4, 5], 3).await;
     for node in running {
         let status = cluster.status(node).await.unwrap();
         for group in status["groups"].as_array().unwrap() {

@@ -50,6 +50,9 @@ pub enum MemberChange {
     /// `node`, a member of no group any more, is removed from the cluster
     /// for good (a change to the control group only).
     Retire { node: NodeId },
+    /// The cluster's data groups are to have `factor` replicas each (a
+    /// change to the control group only; the replicas move after).
+    SetReplication { factor: u32 },
 }
 
 /// A group's membership after a change.
@@ -96,6 +99,15 @@ impl ClusterNode {
                 remove(g, node, &reachable).await?
             }
             MemberChange::Retire { node } => self.retire(group, node).await?,
+            MemberChange::SetReplication { factor } => {
+                if group as usize != CONTROL_GROUP {
+                    return Err(EngineError::Membership(format!(
+                        "the replication factor is set through group {CONTROL_GROUP}, not \
+                         group {group}"
+                    )));
+                }
+                self.set_replication(factor).await?
+            }
         };
         let (voters, learners) = members(g);
         Ok(MemberReport {

@@ -57,6 +57,7 @@ mod joint;
 pub mod membership;
 mod reads;
 mod recovery;
+mod replication;
 mod report;
 
 /// The data directory's format: 3 keeps streams out of group 0
@@ -91,14 +92,15 @@ pub struct ClusterConfig {
     /// The cluster id this node must belong to (`--cluster-id`), and the
     /// one a new cluster takes when this node names it ([`identity`]).
     pub cluster_id: Option<String>,
-    /// Replicas of each data group (`--replication-factor`): where a new
-    /// cluster forms its groups, and what `runnel ctl node` places by.
-    /// Group 0 is on every node.
+    /// Replicas of each data group (`--replication-factor`) when this
+    /// node forms a new cluster; the cluster keeps its own factor after
+    /// (see [`replication`]). Group 0 is on every node.
     pub replication: usize,
 }
 
 /// Replicas of each data group unless `--replication-factor` says.
 pub const DEFAULT_REPLICATION: usize = 3;
+pub use runnel_core::cluster_meta::MAX_REPLICATION;
 
 impl ClusterConfig {
     pub fn new(engine: EngineConfig, node_id: NodeId, peers: BTreeMap<NodeId, String>) -> Self {
@@ -138,7 +140,8 @@ pub struct ClusterNode {
     /// The groups this node left, and their leaders when it holds none.
     hosting: Arc<Hosting>,
     control: Control,
-    /// Replicas of each data group (`--replication-factor`).
+    /// Replicas of each data group (`--replication-factor`), until the
+    /// control group holds the cluster's factor.
     replication: usize,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -373,6 +376,10 @@ impl ClusterNode {
         tasks.push(tokio::spawn(identity::name_the_cluster(
             Arc::clone(&groups[control::CONTROL_GROUP]),
             identity,
+        )));
+        tasks.push(tokio::spawn(replication::record_initial(
+            Arc::clone(&groups[control::CONTROL_GROUP]),
+            config.replication,
         )));
         tasks.push(tokio::spawn(membership::link_members(
             groups.clone(),

@@ -94,7 +94,7 @@ impl ClusterNode {
             "mode": "cluster",
             "node_id": self.node_id,
             "cluster_id": self.cluster_id(),
-            "replication_factor": self.replication,
+            "replication_factor": self.replication(),
             "retired_nodes": self.groups[crate::control::CONTROL_GROUP]
                 .view()
                 .with_state(|s| s.retired_nodes().collect::<Vec<_>>()),

@@ -3,8 +3,9 @@
 //! group's leader (the request is forwarded there), for `admin`. `runnel
 //! ctl node add` and `node remove` send one per group; each is
 //! idempotent. `?retire=N` to group 0 removes a node that is in no group
-//! from the cluster for good. The answer is the group's voters and
-//! learners after it.
+//! from the cluster for good, and `?replication=R` to group 0 sets the
+//! cluster's replication factor (`runnel ctl node rebalance`). The answer
+//! is the group's voters and learners after it.
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -47,24 +48,33 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
         .ok_or(ApiError::NotFound)
         .and_then(|g| strict_integer(g, "the group"))?;
     let group = u32::try_from(group).map_err(|_| ApiError::bad("no such group"))?;
-    let (mut add, mut addr, mut remove, mut retire) = (None, None, None, None);
+    let (mut add, mut addr, mut remove, mut retire, mut replication) =
+        (None, None, None, None, None);
     for pair in request.uri().query().unwrap_or("").split('&') {
         match pair.split_once('=') {
             Some(("add", value)) => add = Some(strict_integer(value, "add")?),
             Some(("addr", value)) => addr = Some(percent_decode(value)?),
             Some(("remove", value)) => remove = Some(strict_integer(value, "remove")?),
             Some(("retire", value)) => retire = Some(strict_integer(value, "retire")?),
+            Some(("replication", value)) => {
+                let factor = strict_integer(value, "replication")?;
+                let factor = u32::try_from(factor).map_err(|_| {
+                    ApiError::bad(format!("a replication factor of {factor} is too large"))
+                })?;
+                replication = Some(factor);
+            }
             _ => {}
         }
     }
-    let change = match (add, addr, remove, retire) {
-        (Some(node), Some(http_addr), None, None) => MemberChange::Add { node, http_addr },
-        (None, None, Some(node), None) => MemberChange::Remove { node },
-        (None, None, None, Some(node)) => MemberChange::Retire { node },
+    let change = match (add, addr, remove, retire, replication) {
+        (Some(node), Some(http_addr), None, None, None) => MemberChange::Add { node, http_addr },
+        (None, None, Some(node), None, None) => MemberChange::Remove { node },
+        (None, None, None, Some(node), None) => MemberChange::Retire { node },
+        (None, None, None, None, Some(factor)) => MemberChange::SetReplication { factor },
         _ => {
             return Err(ApiError::bad(
-                "a membership change is ?add=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID or \
-                 ?retire=NODE_ID",
+                "a membership change is ?add=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID, \
+                 ?retire=NODE_ID or ?replication=FACTOR",
             ))
         }
     };

@@ -2,7 +2,8 @@
 //! each sent to the `--target` member (which forwards it to the group's
 //! leader) and sent again through leader changes and unreachable nodes
 //! until it is done, refused, or `--timeout-secs` pass; `node move`: the
-//! two changes that move one group's replica. Every step is idempotent:
+//! two changes that move one group's replica; `node rebalance`: the
+//! replication factor set in group 0, then the moves to match. Every step is idempotent:
 //! a command cut short is finished by running it again.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,6 +57,34 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
                  replica moves)"
             );
             retire(&common, node_id)?;
+        }
+        NodeCommand::Rebalance {
+            replication_factor,
+            common,
+        } => {
+            if let Some(factor) = replication_factor {
+                let path = format!("/_runnel/cluster/groups/0/members?replication={factor}");
+                let report = change_group(&common, &path, 0)?;
+                let already = if report["changed"] == false {
+                    " (already so)"
+                } else {
+                    ""
+                };
+                println!("the cluster's replication factor is {factor}{already}");
+            }
+            let mut layout = Layout::read(&common)?;
+            // The target may not have applied the new factor yet.
+            if let Some(factor) = replication_factor {
+                layout.replication = factor as usize;
+            }
+            let members: BTreeSet<u64> = layout.nodes.keys().copied().collect();
+            warn_if_short(&layout, members.len());
+            let moved = place(&common, &layout, &members, &BTreeMap::new())?;
+            println!(
+                "{moved} replica moves: each data group on {} of the {} nodes",
+                layout.replication.min(members.len()),
+                members.len()
+            );
         }
         NodeCommand::Move {
             group,

@@ -1,7 +1,55 @@
 //! `runnel ctl node` and `runnel serve --join` run as processes, for the
 //! membership tests.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
+
+use super::cluster::Cluster;
+
+/// Each group's voters, from the statuses of `nodes`: as the group's
+/// leader reports them (a replica removed from a group may not have
+/// learned it yet), else as any node holding it does.
+pub async fn placement(cluster: &Cluster, nodes: &[usize]) -> Vec<Vec<u64>> {
+    let mut groups: Vec<(bool, Vec<u64>)> = Vec::new();
+    for &node in nodes {
+        let status = cluster.status(node).await.expect("status answers");
+        let reported = status["groups"].as_array().unwrap();
+        groups.resize(reported.len(), (false, Vec::new()));
+        for (g, group) in reported.iter().enumerate() {
+            let voters: Vec<u64> = group["voters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect();
+            let leads = group["leader"] == status["node_id"] && group["state"] != "elsewhere";
+            if leads || (!groups[g].0 && !voters.is_empty()) {
+                groups[g] = (leads, voters);
+            }
+        }
+    }
+    groups.into_iter().map(|(_, voters)| voters).collect()
+}
+
+/// Asserts the placement the running `nodes` (indexes) report: group 0
+/// on exactly `members` (ids), every other group on `replicas` of them,
+/// and data replicas per node differing by at most one.
+pub async fn assert_placed(cluster: &Cluster, nodes: &[usize], members: &[u64], replicas: usize) {
+    let placed = placement(cluster, nodes).await;
+    assert_eq!(placed[0], members, "group 0: {placed:?}");
+    let mut load: BTreeMap<u64, usize> = members.iter().map(|m| (*m, 0)).collect();
+    for (g, voters) in placed.iter().enumerate().skip(1) {
+        assert_eq!(voters.len(), replicas, "group {g}: {placed:?}");
+        for v in voters {
+            *load
+                .get_mut(v)
+                .unwrap_or_else(|| panic!("group {g} on {v}: {placed:?}")) += 1;
+        }
+    }
+    let (low, high) = (load.values().min().unwrap(), load.values().max().unwrap());
+    assert!(high - low <= 1, "replicas per node {load:?}: {placed:?}");
+    eprintln!("placed: {placed:?}");
+}
 
 /// Runs `runnel ctl node ARGS...`; answers (success, stdout, stderr).
 pub async fn ctl_node(args: &[&str]) -> (bool, String, String) {
