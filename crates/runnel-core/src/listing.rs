@@ -16,6 +16,9 @@ use crate::stream::StreamState;
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Listed {
     pub name: String,
+    /// The stream's incarnation (a name deleted and created again is
+    /// another stream).
+    pub id: u64,
     pub content_type: String,
     pub next_offset: Offset,
     /// The first offset still held (history before it was trimmed).
@@ -30,6 +33,7 @@ impl Listed {
     fn of(s: &StreamState) -> Listed {
         Listed {
             name: s.name.to_string(),
+            id: s.id,
             content_type: s.content_type.to_string(),
             next_offset: Offset(s.tail),
             earliest: Offset(s.earliest),
@@ -42,6 +46,14 @@ impl Listed {
 }
 
 impl StreamsState {
+    /// The live stream named `name` (not deleted, not expired at
+    /// `now_ms`), as a listing shows it.
+    pub fn listed(&self, name: &str, now_ms: i64) -> Option<Listed> {
+        self.stream_by_name(name)
+            .filter(|s| !s.soft_deleted && !s.is_expired(now_ms))
+            .map(Listed::of)
+    }
+
     /// Up to `limit` live streams (not deleted, not expired at `now_ms`)
     /// whose names start with `prefix` and sort after `after`, in name
     /// order (bytewise).
@@ -113,5 +125,20 @@ mod tests {
         assert_eq!(names("b/", Some("b/2"), 2), Vec::<String>::new());
         assert_eq!(names("", Some("a/1"), 1), ["b"]);
         assert_eq!(names("", None, 0), Vec::<String>::new());
+    }
+
+    #[test]
+    fn one_live_stream_by_its_exact_name() {
+        let mut state = with_streams(&["a", "a/b"]);
+        let a = state.listed("a", 1).expect("a is live");
+        assert_eq!((a.name.as_str(), a.next_offset.0), ("a", 0));
+        assert_eq!(state.listed("a/", 1), None);
+        let entry = Entry {
+            now_ms: 2,
+            command: Command::Delete { name: "a".into() },
+        };
+        state.apply(&entry, 0, 0).unwrap();
+        assert_eq!(state.listed("a", 2), None);
+        assert!(state.listed("a/b", 2).is_some());
     }
 }

@@ -69,6 +69,19 @@ impl Control {
             .collect()
     }
 
+    /// The live streams among `names`, from this node's applied state.
+    pub fn live_named(&self, names: &[String]) -> Vec<runnel_core::listing::Listed> {
+        let now = now_ms();
+        names
+            .iter()
+            .filter_map(|name| {
+                self.groups
+                    .iter()
+                    .find_map(|g| g.view().with_state(|s| s.listed(name, now)))
+            })
+            .collect()
+    }
+
     /// The feed of streams that changed on this node.
     pub fn activity(&self) -> &Arc<Activity> {
         &self.activity

@@ -253,10 +253,40 @@ pub trait NodeEngine: Send + Sync + 'static {
         self.control().streams_where(keep)
     }
 
+    /// Whether this node holds a copy of the group `name` lives in (in a
+    /// cluster placing groups on fewer nodes than it has, not every node
+    /// holds every group).
+    fn holds_group_of(&self, _name: &str) -> bool {
+        true
+    }
+
+    /// The live streams among `names`, with every write acknowledged
+    /// before the call (in a cluster, a group this node holds no copy of
+    /// is asked of its leader; the names of a group that could not be
+    /// read are said so).
+    fn live_named<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, LiveNamed> {
+        Box::pin(async move {
+            LiveNamed {
+                live: self.control().live_named(names),
+                unread: Vec::new(),
+            }
+        })
+    }
+
     /// The feed of streams that changed on this node.
     fn activity(&self) -> &std::sync::Arc<activity::Activity> {
         self.control().activity()
     }
+}
+
+/// What [`NodeEngine::live_named`] found.
+#[derive(Debug, Default)]
+pub struct LiveNamed {
+    /// The live streams among the names asked about.
+    pub live: Vec<runnel_core::listing::Listed>,
+    /// Names whose group could not be read (no leader, or it did not
+    /// answer): whether they are live is not known.
+    pub unread: Vec<String>,
 }
 
 /// A read's plan and its bytes as stored (JSON streams: `m1,m2,`).

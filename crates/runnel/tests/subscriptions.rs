@@ -1,159 +1,22 @@
 //! Subscriptions beyond the conformance suite: webhook failures and
 //! backoff, a restart between a wake and its callback, the control
-//! group's leader killed mid-wake, and many subscriptions over many
-//! streams. Webhooks go to a receiver in this process that records every
-//! delivery and answers as each test scripts it.
+//! group's leader killed mid-wake, streams in groups the delivering node
+//! holds no copy of, and many subscriptions over many streams. Webhooks
+//! go to a receiver in this process (`common::webhooks`) that records
+//! every delivery and answers as each test scripts it.
 
 mod common;
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use futures::StreamExt;
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use common::cluster::Cluster;
+use common::webhooks::{Delivery, Receiver, Reply};
 use common::Server;
-
-/// How the receiver answers one delivery.
-#[derive(Clone)]
-enum Reply {
-    /// 200 with this JSON body.
-    Ok(Value),
-    /// This status, no body.
-    Fail(u16),
-    /// No answer at all (the server's timeout must fire).
-    Hang,
-}
-
-/// One delivery as the receiver saw it.
-#[derive(Clone, Debug)]
-struct Delivery {
-    at: Instant,
-    body: Value,
-    raw: Vec<u8>,
-    signature: String,
-}
-
-#[derive(Clone)]
-struct Receiver {
-    url: String,
-    script: Arc<Mutex<VecDeque<Reply>>>,
-    /// Once the script runs out.
-    default: Arc<Mutex<Reply>>,
-    seen: Arc<Mutex<Vec<Delivery>>>,
-}
-
-impl Receiver {
-    async fn start(default: Reply) -> Receiver {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}/hook", listener.local_addr().unwrap());
-        let receiver = Receiver {
-            url,
-            script: Arc::default(),
-            default: Arc::new(Mutex::new(default)),
-            seen: Arc::default(),
-        };
-        let r = receiver.clone();
-        tokio::spawn(async move {
-            loop {
-                let (socket, _) = listener.accept().await.unwrap();
-                tokio::spawn(r.clone().serve(socket));
-            }
-        });
-        receiver
-    }
-
-    async fn serve(self, mut socket: tokio::net::TcpStream) {
-        let mut buf = Vec::new();
-        let mut chunk = [0u8; 8192];
-        let (head_end, length) = loop {
-            let n = match socket.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => n,
-            };
-            buf.extend_from_slice(&chunk[..n]);
-            if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-                let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-                let length = head
-                    .lines()
-                    .find_map(|l| l.strip_prefix("content-length:"))
-                    .map_or(0, |v| v.trim().parse::<usize>().unwrap());
-                break (end + 4, length);
-            }
-        };
-        while buf.len() < head_end + length {
-            match socket.read(&mut chunk).await {
-                Ok(0) | Err(_) => return,
-                Ok(n) => buf.extend_from_slice(&chunk[..n]),
-            }
-        }
-        let head = String::from_utf8_lossy(&buf[..head_end]).to_string();
-        let signature = head
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("webhook-signature")
-                    .then(|| value.trim().to_string())
-            })
-            .unwrap_or_default();
-        let raw = buf[head_end..head_end + length].to_vec();
-        self.seen.lock().unwrap().push(Delivery {
-            at: Instant::now(),
-            body: serde_json::from_slice(&raw).unwrap_or(Value::Null),
-            raw,
-            signature,
-        });
-        let reply = self
-            .script
-            .lock()
-            .unwrap()
-            .pop_front()
-            .unwrap_or_else(|| self.default.lock().unwrap().clone());
-        let answer = match reply {
-            Reply::Ok(body) => {
-                let body = body.to_string();
-                format!(
-                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-                    body.len()
-                )
-            }
-            Reply::Fail(status) => format!(
-                "HTTP/1.1 {status} Failed\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-            ),
-            Reply::Hang => {
-                tokio::time::sleep(Duration::from_secs(60)).await;
-                return;
-            }
-        };
-        let _ = socket.write_all(answer.as_bytes()).await;
-    }
-
-    fn deliveries(&self) -> Vec<Delivery> {
-        self.seen.lock().unwrap().clone()
-    }
-
-    /// Waits (at most 20 s) until `count` deliveries arrived.
-    async fn wait_for(&self, count: usize) -> Vec<Delivery> {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        loop {
-            let seen = self.deliveries();
-            if seen.len() >= count {
-                return seen;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{} deliveries arrived, {count} expected",
-                seen.len()
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-}
 
 fn sub_url(base: &str, id: &str) -> String {
     format!("{base}/v1/stream/__ds/subscriptions/{id}")
@@ -450,6 +313,107 @@ async fn the_next_control_leader_redelivers_and_fences_the_old_wake() {
     assert_ne!(other, control);
     let sub = get_subscription(&client, &cluster.base(other), "failover").await;
     assert_eq!(acked(&sub, "jobs/a"), Some(tail));
+}
+
+/// Four nodes, each data group on two of them: the control group's leader
+/// holds no copy of about half the streams, and still delivers for them
+/// (it asks their groups' leaders). A pattern and an explicit link over
+/// streams in every group are each delivered and acknowledged to their
+/// tails, and an append to a stream held elsewhere wakes the
+/// subscription again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn webhooks_follow_streams_in_groups_the_delivering_node_holds_no_copy_of() {
+    const GROUPS: usize = 7;
+    let receiver = Receiver::start(Reply::Ok(json!({"done": true}))).await;
+    let dir = tempfile::tempdir().unwrap();
+    let flags = [
+        "--allow-dev-webhooks",
+        "--groups",
+        "7",
+        "--replication-factor",
+        "2",
+    ];
+    let cluster = Cluster::start(dir.path(), 4, &flags).await;
+    let control = cluster.wait_for_leaders(Duration::from_secs(30)).await[0];
+    let entry = (control + 1) % 4;
+    let client = reqwest::Client::new();
+    put_subscription(
+        &client,
+        &cluster.base(entry),
+        "placed",
+        json!({"type": "webhook", "pattern": "jobs/*", "streams": ["orders"], "webhook": {"url": receiver.url}}),
+    )
+    .await;
+    let names: Vec<String> = (0..12)
+        .map(|i| format!("jobs/{i}"))
+        .chain(["orders".to_string()])
+        .collect();
+    let status = cluster.status(control).await.unwrap();
+    let elsewhere: Vec<&String> = names
+        .iter()
+        .filter(|n| {
+            let g = runnel_engine::placement::stream_group(n, GROUPS);
+            status["groups"][g]["state"] == "elsewhere"
+        })
+        .collect();
+    eprintln!("held elsewhere than node {}: {elsewhere:?}", control + 1);
+    assert!(
+        !elsewhere.is_empty() && elsewhere.len() < names.len(),
+        "{elsewhere:?}"
+    );
+
+    let mut tails = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        let url = cluster.stream_url(i % 4, name);
+        tails.push(create_json(&client, &url, r#"{"n":1}"#).await);
+    }
+    let all_acked = |expected: Vec<(String, String)>| {
+        let (client, base) = (client.clone(), cluster.base(entry));
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                let sub = get_subscription(&client, &base, "placed").await;
+                let behind: Vec<_> = expected
+                    .iter()
+                    .filter(|(name, tail)| acked(&sub, name).as_ref() != Some(tail))
+                    .collect();
+                if behind.is_empty() {
+                    return;
+                }
+                assert!(
+                    Instant::now() < deadline,
+                    "not acknowledged: {behind:?}: {sub}"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    all_acked(names.iter().cloned().zip(tails.clone()).collect()).await;
+    let delivered: usize = receiver
+        .deliveries()
+        .iter()
+        .map(|d| d.body["streams"].as_array().map_or(0, Vec::len))
+        .sum();
+    assert!(delivered >= names.len(), "{:?}", receiver.deliveries());
+
+    // One more message on a stream held elsewhere wakes it again.
+    let before = receiver.deliveries().len();
+    let name = elsewhere[0].clone();
+    let url = cluster.stream_url(entry, &name);
+    let tail = write_json(&client, reqwest::Method::POST, &url, r#"{"n":2}"#, None).await;
+    all_acked(vec![(name.clone(), tail.clone())]).await;
+    let woken = receiver.wait_for(before + 1).await;
+    let last = &woken.last().unwrap().body;
+    let entry_of = |d: &Value| {
+        d["streams"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["path"] == name.as_str())
+            .cloned()
+    };
+    let streamed = entry_of(last).unwrap_or_else(|| panic!("{name} not in {last}"));
+    assert_eq!(streamed["tail_offset"], tail.as_str(), "{last}");
 }
 
 /// 1,000 webhook subscriptions over 10,000 streams: subscription `s{i}`

@@ -716,6 +716,14 @@ impl NodeEngine for ClusterNode {
         Box::pin(self.live_read_ready(name))
     }
 
+    fn holds_group_of(&self, name: &str) -> bool {
+        self.holds(self.group_for(name))
+    }
+
+    fn live_named<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, crate::LiveNamed> {
+        Box::pin(self.live_named_in_groups(names))
+    }
+
     fn list_streams<'a>(
         &'a self,
         prefix: &'a str,

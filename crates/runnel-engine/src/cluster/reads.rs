@@ -8,8 +8,8 @@ use runnel_core::listing::Listed;
 
 use super::{ClusterNode, FOLLOWER_CATCH_UP};
 use crate::raft::group::RaftGroup;
-use crate::raft::transport::ListRequest;
-use crate::{EngineError, MaintainedGroup, Route};
+use crate::raft::transport::{ListRequest, MAX_LISTED};
+use crate::{EngineError, LiveNamed, MaintainedGroup, Route};
 
 impl ClusterNode {
     /// Whether this node's copy of `group` holds every write acknowledged
@@ -98,10 +98,58 @@ impl ClusterNode {
                 prefix: prefix.to_string(),
                 after: after.map(str::to_string),
                 limit: (limit + 1) as u32,
+                names: None,
             };
             let remote = self.peers_asked.list(leader, group.index(), &request).await;
             page.extend(remote.map_err(|e| unreadable(format!("its leader, node {leader}: {e}")))?);
         }
         Ok(crate::merge_listing(page, limit))
+    }
+
+    /// The live streams among `names`, each with every write acknowledged
+    /// before the call: from this node's copy of a group once caught up,
+    /// else from the group's leader, one request per group. The names of
+    /// a group that could not be read are returned as such.
+    pub(super) async fn live_named_in_groups(&self, names: &[String]) -> LiveNamed {
+        let now = crate::now_ms();
+        let mut by_group: Vec<Vec<String>> = vec![Vec::new(); self.groups.len()];
+        for name in names {
+            by_group[self.group_for(name).index() as usize].push(name.clone());
+        }
+        let mut found = LiveNamed::default();
+        for (group, names) in self.groups.iter().zip(by_group) {
+            if names.is_empty() {
+                continue;
+            }
+            if self.caught_up(group).await {
+                let live = group.view().with_state(|s| {
+                    names
+                        .iter()
+                        .filter_map(|n| s.listed(n, now))
+                        .collect::<Vec<_>>()
+                });
+                found.live.extend(live);
+                continue;
+            }
+            let Route::Forward { node: leader, .. } = self.route_to(group) else {
+                found.unread.extend(names);
+                continue;
+            };
+            for names in names.chunks(MAX_LISTED as usize) {
+                let request = ListRequest {
+                    limit: names.len() as u32,
+                    names: Some(names.to_vec()),
+                    ..ListRequest::default()
+                };
+                match self.peers_asked.list(leader, group.index(), &request).await {
+                    Ok(live) => found.live.extend(live),
+                    Err(reason) => {
+                        tracing::debug!(group = group.index(), leader, %reason, "heads not read");
+                        found.unread.extend(names.iter().cloned());
+                    }
+                }
+            }
+        }
+        found
     }
 }

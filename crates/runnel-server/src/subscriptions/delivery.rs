@@ -27,7 +27,7 @@ use serde_json::json;
 use super::handlers::{
     effective_base, fresh_seen, mint_callback_token, seen, signer, subscription, tail_of,
 };
-use super::{is_reserved, render};
+use super::{is_reserved, remote, render};
 use crate::error::ApiError;
 use crate::headers::STREAM_PREFIX;
 use crate::{App, AppState};
@@ -71,6 +71,7 @@ pub async fn deliver(app: Weak<App>) {
     let mut led: Option<u64> = None;
     let mut state = LeaderState::default();
     let mut reconciled = Instant::now();
+    let mut polled = Instant::now();
     loop {
         let Some(app) = AppState::upgrade(&app) else {
             return;
@@ -105,22 +106,33 @@ pub async fn deliver(app: Weak<App>) {
             state.dirty.extend(reconcile(&app).await);
             reconciled = Instant::now();
         }
+        // Streams in groups this node holds no copy of move unseen by the
+        // feed: their leaders are asked.
+        let elsewhere = watch && !app.node.every_node_holds_every_group();
         let wait = if led.is_some() {
-            let changed: Vec<String> = activity.take().iter().map(|s| s.to_string()).collect();
+            let mut changed: Vec<String> = activity.take().iter().map(|s| s.to_string()).collect();
+            if elsewhere && polled.elapsed() >= remote::POLL {
+                changed.extend(remote::poll(&app).await);
+                polled = Instant::now();
+            }
             if !changed.is_empty() {
                 state.dirty.extend(link_and_unlink(&app, changed).await);
             }
-            if reconciled.elapsed() >= RECONCILE_EVERY {
-                if !app.node.every_node_holds_every_group() {
-                    tracing::warn!(
-                        "subscriptions see only the groups this node holds: the cluster places \
-                         groups on fewer nodes than it has"
-                    );
-                }
+            let reconcile_every = if elsewhere && has_patterns(&app) {
+                remote::PATTERN_EVERY
+            } else {
+                RECONCILE_EVERY
+            };
+            if reconciled.elapsed() >= reconcile_every {
                 state.dirty.extend(reconcile(&app).await);
                 reconciled = Instant::now();
             }
-            pass(&app, &mut state).await
+            let wait = pass(&app, &mut state).await;
+            if elsewhere {
+                wait.min(remote::POLL)
+            } else {
+                wait
+            }
         } else {
             IDLE_WAIT
         };
@@ -306,12 +318,21 @@ async fn reconcile(app: &AppState) -> HashSet<String> {
         }
     });
     if !patterns.is_empty() {
-        let matching = app
-            .node
-            .streams_where(&|name| patterns.iter().any(|p| p.matches(name)));
-        streams.extend(matching.into_iter().map(|(name, _)| name));
+        let matching =
+            remote::streams_where(app, &|name| patterns.iter().any(|p| p.matches(name))).await;
+        streams.extend(matching);
     }
-    link_and_unlink(app, streams.into_iter().collect()).await
+    let streams: Vec<String> = streams.into_iter().collect();
+    remote::fetch(app, &streams).await;
+    link_and_unlink(app, streams).await
+}
+
+/// Whether a subscription watches streams by a pattern.
+fn has_patterns(app: &AppState) -> bool {
+    let mut any = false;
+    app.node
+        .with_subscriptions(&mut |subs| any = subs.iter().any(|s| s.config.pattern.is_some()));
+    any
 }
 
 async fn propose(app: &AppState, command: SubCommand) -> Option<SubOutcome> {

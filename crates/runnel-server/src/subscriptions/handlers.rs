@@ -281,9 +281,13 @@ pub(super) fn effective_base(app: &AppState, sub: &Subscription) -> String {
     }
 }
 
-/// Stream `stream` as this node applied it: its incarnation and tail,
-/// `None` when it does not exist.
+/// Stream `stream` as this node applied it (in a group it holds no copy
+/// of: as the group's leader last answered, see [`super::remote`]): its
+/// incarnation and tail, `None` when it does not exist.
 pub(super) fn seen(app: &AppState, stream: &str) -> Option<Seen> {
+    if !app.node.holds_group_of(stream) {
+        return app.subscriptions.remote.get(stream);
+    }
     app.node.head(stream).ok().map(|info| Seen {
         id: info.id,
         tail: info.next_offset.0,
@@ -298,7 +302,9 @@ pub(super) fn tail_of(app: &AppState, stream: &str) -> Option<u64> {
 /// [`seen`], including every write acknowledged before the call (this
 /// node may follow the stream's group a little behind).
 pub(super) async fn fresh_seen(app: &AppState, stream: &str) -> Option<Seen> {
-    if matches!(app.node.route(stream), Route::Local) {
+    if !app.node.holds_group_of(stream) {
+        super::remote::fetch(app, &[stream.to_string()]).await;
+    } else if matches!(app.node.route(stream), Route::Local) {
         let _ = app.node.read_barrier(stream).await;
     } else {
         app.node.prepare_live_read(stream).await;
@@ -311,34 +317,25 @@ async fn fresh_tail(app: &AppState, stream: &str) -> Option<u64> {
 }
 
 async fn put(app: &AppState, id: String, request: Request) -> Result<Response, ApiError> {
-    // Delivery reads every stream's tail at the control group's leader.
-    if !app.node.every_node_holds_every_group() {
-        return Err(runnel_engine::EngineError::Unsupported(
-            "subscriptions need every node to hold every group; this cluster places groups on \
-             fewer nodes than it has (--replication-factor below the node count)"
-                .into(),
-        )
-        .into());
-    }
     let base = base_url(app, &request);
     let (request, bytes) = split(request).await?;
     let config = Config::parse(&bytes, &app.config.webhook_policy)?;
     check_grant(app, &request, scope(&config).iter())?;
     let signer = signer(app).await?;
+    super::remote::fetch(app, &config.streams).await;
     let mut tails: Vec<(String, Option<Seen>)> = config
         .streams
         .iter()
         .map(|s| (s.clone(), seen(app, s)))
         .collect();
     if config.pattern.is_some() {
-        let matching = app
-            .node
-            .streams_where(&|name| config.watches_by_pattern(name) && !super::is_reserved(name));
+        let matching =
+            super::remote::streams_where(app, &|name| config.watches_by_pattern(name)).await;
         tails.extend(
             matching
                 .into_iter()
-                .filter(|(name, _)| config.streams.binary_search(name).is_err())
-                .map(|(name, _)| {
+                .filter(|name| config.streams.binary_search(name).is_err())
+                .map(|name| {
                     let seen = seen(app, &name);
                     (name, seen)
                 }),
@@ -385,6 +382,7 @@ async fn add_streams(app: &AppState, id: String, request: Request) -> Result<Res
         .map(|s| (Operation::Subscribe, s.clone()))
         .collect();
     check_grant(app, &request, scope_of(app, &id)?.iter().chain(&linking))?;
+    super::remote::fetch(app, &streams).await;
     let tails = streams
         .into_iter()
         .map(|s| {

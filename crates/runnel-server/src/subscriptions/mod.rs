@@ -6,11 +6,15 @@
 //! what they applied.
 //!
 //! Every request goes to the control group's leader, like a stream request
-//! to its group's leader; the leader alone delivers ([`delivery`]).
+//! to its group's leader; the leader alone delivers ([`delivery`]). In a
+//! cluster that places groups on some of its nodes, the leader follows
+//! streams in groups it holds no copy of by asking their leaders
+//! ([`remote`]).
 
 mod delivery;
 mod handlers;
 pub mod keys;
+mod remote;
 mod render;
 mod webhook;
 
@@ -56,6 +60,8 @@ pub struct Service {
     /// The generation of each pull-wake subscription's wake whose event
     /// this leader appended.
     announced: Mutex<HashMap<String, u64>>,
+    /// Heads of the streams followed in groups this node holds no copy of.
+    remote: remote::RemoteHeads,
 }
 
 impl Service {
@@ -64,6 +70,7 @@ impl Service {
             webhooks: webhook::WebhookClient::new(policy, webhook_timeout),
             signer: Mutex::default(),
             announced: Mutex::default(),
+            remote: remote::RemoteHeads::default(),
         }
     }
 }

@@ -6,6 +6,8 @@ pub mod cluster;
 pub mod membership;
 #[allow(dead_code)] // only the tiering tests need an S3 server
 pub mod s3;
+#[allow(dead_code)] // only the subscription tests receive webhooks
+pub mod webhooks;
 #[allow(dead_code)] // only the membership tests write while members change
 pub mod writers;
 

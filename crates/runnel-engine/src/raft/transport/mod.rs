@@ -45,7 +45,7 @@ pub(crate) use listener::serve;
 pub use listener::{decode_request, PeerRequest};
 pub use network::{GroupNetwork, NetworkFactory};
 pub(crate) use queries::{leader_listing, leader_read_index, PeerQueries};
-pub use queries::{LeaderMembers, LeaderView, ListRequest};
+pub use queries::{LeaderMembers, LeaderView, ListRequest, MAX_LISTED};
 
 const KIND_APPEND: u8 = 1;
 const KIND_VOTE: u8 = 2;

@@ -1,7 +1,8 @@
 //! What a node asks its peers while it serves requests, and the peers'
 //! side of it: a group leader's read index, who leads a group this node
 //! holds no copy of ([`LeaderView`], see [`crate::cluster::hosting`]),
-//! and a page of such a group's streams ([`ListRequest`]).
+//! and a page of such a group's streams, or the named ones
+//! ([`ListRequest`]).
 
 use runnel_core::listing::Listed;
 
@@ -9,7 +10,7 @@ use super::Transport;
 use crate::raft::{LogId, NodeId, Raft};
 
 /// Most streams one listing request answers.
-const MAX_LISTED: u32 = 10_000;
+pub const MAX_LISTED: u32 = 10_000;
 
 /// Who leads a group, as a peer that holds a copy of it knows.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -117,12 +118,15 @@ impl<T: Transport> PeerQueries for T {
 }
 
 /// A page of a group's streams: those named with `prefix`, after `after`,
-/// at most `limit` (capped at [`MAX_LISTED`]).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+/// at most `limit` (capped at [`MAX_LISTED`]); or, with `names`, those of
+/// these names that are live (the subscriptions' delivery follows streams
+/// in groups its node holds no copy of by them).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ListRequest {
     pub prefix: String,
     pub after: Option<String>,
     pub limit: u32,
+    pub names: Option<Vec<String>>,
 }
 
 /// The leader's side of a listing: once leadership is confirmed and every
@@ -135,7 +139,14 @@ pub(crate) async fn leader_listing(
     leader_read_index(raft).await?;
     let limit = request.limit.min(MAX_LISTED) as usize;
     let now = crate::now_ms();
-    Ok(view.with_state(|s| s.list(&request.prefix, request.after.as_deref(), limit, now)))
+    Ok(view.with_state(|s| match &request.names {
+        Some(names) => names
+            .iter()
+            .take(limit)
+            .filter_map(|name| s.listed(name, now))
+            .collect(),
+        None => s.list(&request.prefix, request.after.as_deref(), limit, now),
+    }))
 }
 
 /// The leader's side of a read index: confirms leadership with a quorum
