@@ -6,7 +6,9 @@
 //! After each step every group but group 0 has three replicas, spread
 //! evenly. No acknowledged append is lost, the writers see no error,
 //! and every replica of every group ends identical. A `ctl node add`
-//! killed in the middle of a replica move is finished by running it again.
+//! killed in the middle of a replica move is finished by running it
+//! again, also after the moving group's leader and the new node crash
+//! and restart under writes.
 
 mod common;
 
@@ -16,7 +18,7 @@ use common::cluster::Cluster;
 use common::membership::{
     assert_placed, ctl_node, ctl_node_add, ctl_node_killed_after, replace_dead_node,
 };
-use common::writers::{assert_read_back, Writers};
+use common::writers::{stop_and_check, Writers};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
@@ -66,15 +68,32 @@ async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
     assert_placed(&cluster, &running, &[1, 4, 5, 6, 7], 3).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
-    let errors = writers.errors.clone();
-    let written = writers.stop().await;
-    cluster.wait_for_convergence(Duration::from_secs(30)).await;
-    assert_eq!(
-        *errors.lock().unwrap(),
-        Vec::<String>::new(),
-        "writers saw errors"
-    );
-    assert_read_back(&client, &cluster, &running, &written).await;
+    stop_and_check(writers, &client, &cluster, &running).await;
+}
+
+/// Starts node 5 and runs `runnel ctl node add` for it through node
+/// `via`, killed (SIGKILL) after its second membership change: the first
+/// adds node 5 to group 0, the second to a data group. Answers node 5's
+/// index, its address, the target and what ctl printed.
+async fn add_a_fifth_node_cut_mid_move(
+    cluster: &mut Cluster,
+    via: usize,
+) -> (usize, String, String, String) {
+    let fifth = cluster.start_joiner().await;
+    let addr = format!("127.0.0.1:{}", cluster.ports[fifth]);
+    let target = cluster.base(via);
+    let add = [
+        "add",
+        "--node-id",
+        "5",
+        "--addr",
+        &addr,
+        "--target",
+        &target,
+    ];
+    let printed = ctl_node_killed_after(&add, 2).await;
+    eprint!("{printed}");
+    (fifth, addr, target, printed)
 }
 
 /// `runnel ctl node add` killed halfway through a replica move (a data
@@ -87,21 +106,7 @@ async fn a_node_add_killed_mid_move_is_finished_by_running_it_again() {
     let flags = ["--groups", "6", "--replication-factor", "3"];
     let mut cluster = Cluster::start(dir.path(), 4, &flags).await;
     assert_placed(&cluster, &[0, 1, 2, 3], &[1, 2, 3, 4], 3).await;
-    let fifth = cluster.start_joiner().await;
-    let addr = format!("127.0.0.1:{}", cluster.ports[fifth]);
-    let target = cluster.base(0);
-    let add = [
-        "add",
-        "--node-id",
-        "5",
-        "--addr",
-        &addr,
-        "--target",
-        &target,
-    ];
-    // The first change adds node 5 to group 0, the second to a data group.
-    let printed = ctl_node_killed_after(&add, 2).await;
-    eprint!("{printed}");
+    let (fifth, addr, target, printed) = add_a_fifth_node_cut_mid_move(&mut cluster, 0).await;
     let changes = printed.lines().filter(|l| l.starts_with("group ")).count();
     assert_eq!(changes, 2, "{printed}");
 
@@ -130,4 +135,83 @@ async fn a_node_add_killed_mid_move_is_finished_by_running_it_again() {
         }
     }
     cluster.wait_for_convergence(Duration::from_secs(20)).await;
+}
+
+/// Node `i` crashes (SIGKILL) and comes back on its data directory; the
+/// writers leave it alone meanwhile (a request in flight to a node that
+/// dies fails at the client).
+async fn crash_and_restart(cluster: &mut Cluster, writers: &Writers, i: usize) {
+    writers.drop_target(&cluster.base(i));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.kill(i);
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    cluster.restart(i).await;
+    cluster.wait_until_every_node_votes().await;
+    writers.add_target(cluster.base(i));
+}
+
+/// Nodes crash in the middle of a replica move, with writers running: a
+/// `ctl node add` is cut after node 5 joined a data group (which then
+/// has four voters, the replica it replaces not yet removed, unless the
+/// removal got out before the cut); that group's leader crashes and
+/// restarts, then node 5 itself. Running the
+/// command again finishes the move: the placement is balanced, nothing
+/// acknowledged is lost, the writers saw no error, and every replica of
+/// every group is identical.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_crashing_in_the_middle_of_a_move_lose_nothing_and_the_move_finishes() {
+    let dir = tempfile::tempdir().unwrap();
+    let flags = ["--groups", "6", "--replication-factor", "3"];
+    let mut cluster = Cluster::start(dir.path(), 4, &flags).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    let targets = (0..4).map(|n| cluster.base(n)).collect();
+    let writers = Writers::start(&client, "crash-mid-move", 6, targets).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    let (fifth, addr, target, _) = add_a_fifth_node_cut_mid_move(&mut cluster, 1).await;
+    // The data group node 5 joined, and who leads it (once node 5 has
+    // heard from its leader).
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    let (moving, group) = loop {
+        let status = cluster.status(fifth).await.unwrap();
+        let joined = status["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .enumerate()
+            .skip(1)
+            .find(|(_, g)| g["state"] != "elsewhere")
+            .map(|(g, group)| (g, group.clone()));
+        match joined {
+            Some((g, group)) if group["leader"].is_u64() => break (g, group),
+            _ => assert!(
+                tokio::time::Instant::now() < deadline,
+                "node 5 holds no data group with a leader: {status}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // (Four voters, unless the removal that follows got out before ctl
+    // was killed.)
+    let leader = group["leader"].as_u64().unwrap() as usize;
+    eprintln!("group {moving} mid-move, led by node {leader}: {group}");
+    if leader != 5 {
+        crash_and_restart(&mut cluster, &writers, leader - 1).await;
+    }
+    crash_and_restart(&mut cluster, &writers, fifth).await;
+
+    let (ok, stdout, stderr) = ctl_node_add(5, &addr, &target).await;
+    assert!(ok, "the second run failed: {stderr}");
+    eprint!("{stderr}{stdout}");
+    let (ok, _, stderr) = ctl_node_add(5, &addr, &target).await;
+    assert!(ok && stderr.contains("nothing to move"), "{stderr}");
+    let running = [0, 1, 2, 3, fifth];
+    assert_placed(&cluster, &running, &[1, 2, 3, 4, 5], 3).await;
+    writers.add_target(cluster.base(fifth));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    stop_and_check(writers, &client, &cluster, &running).await;
 }

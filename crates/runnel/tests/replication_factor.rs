@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use common::cluster::Cluster;
 use common::membership::{assert_placed, ctl_node};
-use common::writers::{assert_read_back, Writers};
+use common::writers::{stop_and_check, Writers};
 
 /// `runnel ctl node rebalance ARGS... --target TARGET`.
 async fn rebalance(args: &[&str], target: &str) -> (bool, String, String) {
@@ -130,13 +130,5 @@ async fn the_replication_factor_is_cluster_state_changed_by_rebalance() {
     }
 
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let errors = writers.errors.clone();
-    let written = writers.stop().await;
-    assert_eq!(
-        *errors.lock().unwrap(),
-        Vec::<String>::new(),
-        "writers saw errors"
-    );
-    cluster.wait_for_convergence(Duration::from_secs(30)).await;
-    assert_read_back(&client, &cluster, &nodes, &written).await;
+    stop_and_check(writers, &client, &cluster, &nodes).await;
 }

@@ -140,3 +140,26 @@ pub async fn assert_read_back(
         }
     }
 }
+
+/// Stops `writers` and checks what a test of membership changes under
+/// writes ends with: no writer saw an error, every replica of every
+/// group converges, and each stream reads back exactly what was
+/// acknowledged on it through every one of `nodes`.
+pub async fn stop_and_check(
+    writers: Writers,
+    client: &reqwest::Client,
+    cluster: &super::cluster::Cluster,
+    nodes: &[usize],
+) {
+    let errors = writers.errors.clone();
+    let written = writers.stop().await;
+    assert_eq!(
+        *errors.lock().unwrap(),
+        Vec::<String>::new(),
+        "writers saw errors"
+    );
+    cluster
+        .wait_for_convergence(std::time::Duration::from_secs(30))
+        .await;
+    assert_read_back(client, cluster, nodes, &written).await;
+}
