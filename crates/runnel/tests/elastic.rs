@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use common::cluster::Cluster;
 use common::membership::{
-    assert_placed, ctl_node, ctl_node_add, ctl_node_killed_after, replace_dead_node,
+    assert_placed, ctl_node, ctl_node_add, ctl_node_killed_after, is_membership_change,
+    replace_dead_node,
 };
 use common::writers::{stop_and_check, Writers};
 
@@ -107,7 +108,7 @@ async fn a_node_add_killed_mid_move_is_finished_by_running_it_again() {
     let mut cluster = Cluster::start(dir.path(), 4, &flags).await;
     assert_placed(&cluster, &[0, 1, 2, 3], &[1, 2, 3, 4], 3).await;
     let (fifth, addr, target, printed) = add_a_fifth_node_cut_mid_move(&mut cluster, 0).await;
-    let changes = printed.lines().filter(|l| l.starts_with("group ")).count();
+    let changes = printed.lines().filter(|l| is_membership_change(l)).count();
     assert_eq!(changes, 2, "{printed}");
 
     let (ok, stdout, stderr) = ctl_node_add(5, &addr, &target).await;

@@ -27,6 +27,7 @@ use super::hosting::Hosting;
 use super::ClusterNode;
 use crate::control::CONTROL_GROUP;
 use crate::raft::group::RaftGroup;
+use crate::raft::transfer::{follower_within, transfer, NEARLY_CAUGHT_UP};
 use crate::raft::transport::{raft_addr, Transport};
 use crate::raft::NodeId;
 use crate::{EngineError, GroupEngine, MaintainedGroup};
@@ -53,6 +54,12 @@ pub enum MemberChange {
     /// The cluster's data groups are to have `factor` replicas each (a
     /// change to the control group only; the replicas move after).
     SetReplication { factor: u32 },
+    /// `node`, a voter, is to lead the group (a leadership transfer:
+    /// see [`crate::raft::transfer`]).
+    Lead { node: NodeId },
+    /// If `node` leads the group, another voter is to (before `node`'s
+    /// replica moves away).
+    LeadAway { node: NodeId },
 }
 
 /// A group's membership after a change.
@@ -61,6 +68,8 @@ pub struct MemberReport {
     pub group: u32,
     pub voters: Vec<NodeId>,
     pub learners: Vec<NodeId>,
+    /// The group's leader as this node knows it after the change.
+    pub leader: Option<NodeId>,
     /// False when the group already was as asked.
     pub changed: bool,
 }
@@ -90,14 +99,34 @@ impl ClusterNode {
         let changed = match change {
             MemberChange::Add { node, http_addr } => add(g, node, &http_addr).await?,
             MemberChange::Remove { node } => {
-                let reachable: BTreeSet<NodeId> = (self.peer_metrics)()
-                    .into_iter()
-                    .filter(|p| p.reachable)
-                    .map(|p| p.node)
-                    .chain(std::iter::once(self.node_id))
-                    .collect();
+                let reachable = self.reachable();
+                let removes_itself = node == self.node_id;
+                check_removal(g, node, &reachable)?;
+                // A leader removing itself hands its leadership over first,
+                // with no gap in writes (openraft would have it step down
+                // once the removal commits, and the others wait out its
+                // lease); the caller retries the removal at the new leader.
+                if removes_itself {
+                    match self.lead_away(g, &reachable).await {
+                        Ok(to) => return Err(EngineError::NotLeader(Some(to))),
+                        Err(reason) => tracing::warn!(
+                            group,
+                            %reason,
+                            "a leader removing itself could not hand its leadership over first"
+                        ),
+                    }
+                }
                 remove(g, node, &reachable).await?
             }
+            MemberChange::Lead { node } => self.lead(g, node).await?,
+            MemberChange::LeadAway { node } if node == self.node_id => {
+                let reachable = self.reachable();
+                self.lead_away(g, &reachable)
+                    .await
+                    .map_err(transfer_failed)?;
+                true
+            }
+            MemberChange::LeadAway { .. } => false,
             MemberChange::Retire { node } => self.retire(group, node).await?,
             MemberChange::SetReplication { factor } => {
                 if group as usize != CONTROL_GROUP {
@@ -114,8 +143,66 @@ impl ClusterNode {
             group,
             voters: voters.into_iter().collect(),
             learners: learners.into_iter().collect(),
+            leader: g.leader(),
             changed,
         })
+    }
+
+    /// This node and the peers it reaches.
+    fn reachable(&self) -> BTreeSet<NodeId> {
+        (self.peer_metrics)()
+            .into_iter()
+            .filter(|p| p.reachable)
+            .map(|p| p.node)
+            .chain(std::iter::once(self.node_id))
+            .collect()
+    }
+
+    /// Moves the leadership of `g`, which this node leads, to `node`.
+    async fn lead(&self, g: &RaftGroup, node: NodeId) -> Result<bool, EngineError> {
+        if node == self.node_id {
+            return Ok(false);
+        }
+        let (voters, _) = members(g);
+        if !voters.contains(&node) {
+            return Err(EngineError::Membership(format!(
+                "node {node} is not a voter of group {}: only a voter can lead it",
+                g.index()
+            )));
+        }
+        transfer(g, self.node_id, node, &self.reachable(), &*self.peers_asked)
+            .await
+            .map_err(transfer_failed)?;
+        Ok(true)
+    }
+
+    /// Moves the leadership of `g`, which this node leads, to another
+    /// voter: the group's preferred leader once this node is gone, or the
+    /// voter most caught up if that one is behind. Answers the new leader.
+    async fn lead_away(
+        &self,
+        g: &RaftGroup,
+        reachable: &BTreeSet<NodeId>,
+    ) -> Result<NodeId, String> {
+        let (voters, _) = members(g);
+        let others: Vec<NodeId> = voters.into_iter().filter(|v| *v != self.node_id).collect();
+        let preferred = *others
+            .get(g.index() as usize % others.len().max(1))
+            .ok_or_else(|| format!("node {} is group {}'s only voter", self.node_id, g.index()))?;
+        let to = match follower_within(g, preferred, NEARLY_CAUGHT_UP) {
+            true => preferred,
+            false => {
+                let metrics = g.raft().metrics().borrow().clone();
+                let replication = metrics.replication.unwrap_or_default();
+                let matched = |n: &NodeId| replication.get(n).copied().flatten();
+                *others
+                    .iter()
+                    .max_by_key(|n| matched(n))
+                    .unwrap_or(&preferred)
+            }
+        };
+        transfer(g, self.node_id, to, reachable, &*self.peers_asked).await?;
+        Ok(to)
     }
 }
 
@@ -272,15 +359,19 @@ async fn add(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool, E
     Ok(true)
 }
 
-async fn remove(
+/// A failed transfer, as the caller may retry it (503).
+fn transfer_failed(reason: String) -> EngineError {
+    EngineError::Replication(format!("the leadership transfer failed: {reason}"))
+}
+
+/// Refuses the removal of `node` from `group` if the remaining voters
+/// would have no quorum among the nodes `reachable`.
+fn check_removal(
     group: &RaftGroup,
     node: NodeId,
     reachable: &BTreeSet<NodeId>,
-) -> Result<bool, EngineError> {
-    let (voters, learners) = members(group);
-    if !voters.contains(&node) && !learners.contains(&node) {
-        return Ok(false);
-    }
+) -> Result<(), EngineError> {
+    let (voters, _) = members(group);
     let remaining: BTreeSet<NodeId> = voters.iter().copied().filter(|v| *v != node).collect();
     let up = remaining.intersection(reachable).count();
     let quorum = remaining.len() / 2 + 1;
@@ -292,6 +383,19 @@ async fn remove(
             up
         )));
     }
+    Ok(())
+}
+
+async fn remove(
+    group: &RaftGroup,
+    node: NodeId,
+    reachable: &BTreeSet<NodeId>,
+) -> Result<bool, EngineError> {
+    let (voters, learners) = members(group);
+    if !voters.contains(&node) && !learners.contains(&node) {
+        return Ok(false);
+    }
+    check_removal(group, node, reachable)?;
     let change = if voters.contains(&node) {
         ChangeMembers::RemoveVoters(BTreeSet::from([node]))
     } else {

@@ -330,6 +330,7 @@ impl ClusterNode {
                 persisted: Arc::new(Mutex::new(persisted)),
                 file_gate: Arc::default(),
                 inline_io: config.manual_commit,
+                muted: Arc::default(),
             };
             let raft = starter
                 .start(&shared)
@@ -340,6 +341,7 @@ impl ClusterNode {
                 config.node_id,
                 raft,
                 shared.view.clone(),
+                Arc::clone(&shared.muted),
                 engine.max_pending_proposals,
             )));
             shares.push(shared);

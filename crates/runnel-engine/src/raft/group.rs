@@ -22,6 +22,7 @@ use tokio::sync::{mpsc, oneshot, Semaphore};
 
 use super::read_barrier::ReadBarrier;
 use super::starter::RaftSlot;
+use super::transfer::mute::MutedPeers;
 use super::{AppRequest, NodeId, Raft};
 use crate::view::{delegate_reads_to_view, GroupView};
 use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
@@ -36,6 +37,7 @@ pub struct RaftGroup {
     in_flight: Arc<Semaphore>,
     read_barrier: Arc<ReadBarrier>,
     counts: Arc<ProposalCounts>,
+    muted: Arc<MutedPeers>,
 }
 
 struct Proposal {
@@ -81,6 +83,7 @@ impl RaftGroup {
         node_id: NodeId,
         raft: Raft,
         view: GroupView,
+        muted: Arc<MutedPeers>,
         max_pending: usize,
     ) -> RaftGroup {
         let (proposals, queue) = mpsc::channel(max_pending.max(1));
@@ -102,6 +105,7 @@ impl RaftGroup {
             raft,
             view,
             proposals,
+            muted,
         }
     }
 
@@ -113,6 +117,12 @@ impl RaftGroup {
 
     pub(crate) fn raft_slot(&self) -> &RaftSlot {
         &self.raft
+    }
+
+    /// The followers replication is held back from during a leadership
+    /// transfer.
+    pub(crate) fn muted(&self) -> &MutedPeers {
+        &self.muted
     }
 
     /// The group's figures for `/metrics`, from Raft's own metrics (not

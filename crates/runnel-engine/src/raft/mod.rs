@@ -35,6 +35,7 @@ pub mod runtime;
 pub(crate) mod snapshot;
 pub mod starter;
 pub(crate) mod state_machine;
+pub(crate) mod transfer;
 pub mod transport;
 pub(crate) mod vote_guard;
 

@@ -10,6 +10,7 @@ use runnel_log::Log;
 
 use super::journal::{Durability, JournalStore};
 use super::state_machine::{AppliedPoint, GroupShared, GroupStateMachine};
+use super::transfer::mute::MutingFactory;
 use super::transport::Transport;
 use super::{NodeId, Raft};
 
@@ -61,7 +62,10 @@ impl<T: Transport> RaftStarter<T> {
         Raft::new(
             self.node_id,
             Arc::new(config),
-            self.transport.network(g),
+            MutingFactory {
+                inner: self.transport.network(g),
+                muted: Arc::clone(&shared.muted),
+            },
             store,
             GroupStateMachine::new(shared.clone()),
         )

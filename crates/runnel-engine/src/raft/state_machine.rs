@@ -61,6 +61,9 @@ pub struct GroupShared {
     /// Simulations: file IO runs inline rather than on the blocking pool
     /// (whose threads would make the schedule nondeterministic).
     pub inline_io: bool,
+    /// The followers this node, leading, holds replication back from
+    /// during a leadership transfer (see [`super::transfer`]).
+    pub muted: Arc<super::transfer::mute::MutedPeers>,
 }
 
 pub struct GroupStateMachine {

@@ -4,8 +4,10 @@
 //! ctl node add` and `node remove` send one per group; each is
 //! idempotent. `?retire=N` to group 0 removes a node that is in no group
 //! from the cluster for good, and `?replication=R` to group 0 sets the
-//! cluster's replication factor (`runnel ctl node rebalance`). The answer
-//! is the group's voters and learners after it.
+//! cluster's replication factor (`runnel ctl node rebalance`). `?lead=N`
+//! moves the group's leadership to its voter N, `?lead-away=N` off N if
+//! N leads it (before N's replica moves away). The answer is the group's
+//! voters, learners and leader after it.
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -48,37 +50,47 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
         .ok_or(ApiError::NotFound)
         .and_then(|g| strict_integer(g, "the group"))?;
     let group = u32::try_from(group).map_err(|_| ApiError::bad("no such group"))?;
-    let (mut add, mut addr, mut remove, mut retire, mut replication) =
-        (None, None, None, None, None);
+    let (mut add, mut addr, mut changes) = (None, None, Vec::new());
     for pair in request.uri().query().unwrap_or("").split('&') {
         match pair.split_once('=') {
             Some(("add", value)) => add = Some(strict_integer(value, "add")?),
             Some(("addr", value)) => addr = Some(percent_decode(value)?),
-            Some(("remove", value)) => remove = Some(strict_integer(value, "remove")?),
-            Some(("retire", value)) => retire = Some(strict_integer(value, "retire")?),
+            Some(("remove", value)) => changes.push(MemberChange::Remove {
+                node: strict_integer(value, "remove")?,
+            }),
+            Some(("retire", value)) => changes.push(MemberChange::Retire {
+                node: strict_integer(value, "retire")?,
+            }),
+            Some(("lead", value)) => changes.push(MemberChange::Lead {
+                node: strict_integer(value, "lead")?,
+            }),
+            Some(("lead-away", value)) => changes.push(MemberChange::LeadAway {
+                node: strict_integer(value, "lead-away")?,
+            }),
             Some(("replication", value)) => {
                 let factor = strict_integer(value, "replication")?;
                 let factor = u32::try_from(factor).map_err(|_| {
                     ApiError::bad(format!("a replication factor of {factor} is too large"))
                 })?;
-                replication = Some(factor);
+                changes.push(MemberChange::SetReplication { factor });
             }
             _ => {}
         }
     }
-    let change = match (add, addr, remove, retire, replication) {
-        (Some(node), Some(http_addr), None, None, None) => MemberChange::Add { node, http_addr },
-        (None, None, Some(node), None, None) => MemberChange::Remove { node },
-        (None, None, None, Some(node), None) => MemberChange::Retire { node },
-        (None, None, None, None, Some(factor)) => MemberChange::SetReplication { factor },
-        _ => {
-            return Err(ApiError::bad(
-                "a membership change is ?add=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID, \
-                 ?retire=NODE_ID or ?replication=FACTOR",
-            ))
-        }
-    };
+    match (add, addr) {
+        (Some(node), Some(http_addr)) => changes.push(MemberChange::Add { node, http_addr }),
+        (None, None) => {}
+        _ => return Err(usage()),
+    }
+    let [change] = <[MemberChange; 1]>::try_from(changes).map_err(|_| usage())?;
     Ok((group, change))
+}
+
+fn usage() -> ApiError {
+    ApiError::bad(
+        "a membership change is one of ?add=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID, \
+         ?retire=NODE_ID, ?replication=FACTOR, ?lead=NODE_ID or ?lead-away=NODE_ID",
+    )
 }
 
 async fn apply(app: &AppState, group: u32, change: MemberChange) -> Result<Response, ApiError> {

@@ -191,6 +191,7 @@ fn move_replica(args: &NodeArgs, group: u32, from: u64, to: u64, addr: &str) -> 
     }
     check_newcomer(args, to, addr)?;
     let members = format!("/_runnel/cluster/groups/{group}/members");
+    lead_away(args, group as usize, from)?;
     let added = change_group(
         args,
         &format!("{members}?add={to}&addr={addr}"),
@@ -199,6 +200,21 @@ fn move_replica(args: &NodeArgs, group: u32, from: u64, to: u64, addr: &str) -> 
     print(group as usize, &added);
     let removed = change_group(args, &format!("{members}?remove={from}"), group as usize)?;
     print(group as usize, &removed);
+    Ok(())
+}
+
+/// Moves `group`'s leadership off `node` if it leads it, while the group
+/// still has an odd number of voters: then writes go on during the
+/// transfer (once the receiving replica is added, they would pause).
+pub(crate) fn lead_away(args: &NodeArgs, group: usize, node: u64) -> Result<(), String> {
+    let path = format!("/_runnel/cluster/groups/{group}/members?lead-away={node}");
+    let report = change_group(args, &path, group)?;
+    if report["changed"] == true {
+        eprintln!(
+            "group {group}: leadership moved from node {node} to node {}",
+            report["leader"]
+        );
+    }
     Ok(())
 }
 

@@ -6,7 +6,9 @@
 //! `runnel_engine::placement`), and apply the moves between the two one
 //! at a time: the receiving node is added to the group (a learner caught
 //! up, then a voter) before the giving node is removed, so a group never
-//! has fewer replicas than before. Each step is idempotent and the
+//! has fewer replicas than before. A giving node that leads the group
+//! hands its leadership over first, while the group has an odd number of
+//! voters, so writes go on during the transfer. Each step is idempotent and the
 //! placement is read afresh on every run, so a command cut short is
 //! finished by running it again.
 
@@ -15,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use runnel_engine::placement::{self, Placement};
 
-use super::membership::change_group;
+use super::membership::{change_group, lead_away};
 use super::{http_request, NodeArgs};
 
 /// Where the cluster's replicas are, as its members report them.
@@ -157,6 +159,9 @@ pub(crate) fn place(
     }
     for m in &moves {
         let members = format!("/_runnel/cluster/groups/{}/members", m.group);
+        if let Some(from) = m.from {
+            lead_away(args, m.group, from)?;
+        }
         if let Some(to) = m.to {
             let addr = new_addrs
                 .get(&to)

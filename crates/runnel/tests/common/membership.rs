@@ -70,6 +70,12 @@ pub async fn ctl_node(args: &[&str]) -> (bool, String, String) {
     .unwrap()
 }
 
+/// Whether a line `runnel ctl node` printed reports a membership change
+/// ("group G: voters ..."; not a leadership transfer before a move).
+pub fn is_membership_change(line: &str) -> bool {
+    line.starts_with("group ") && line.contains(": voters ")
+}
+
 /// Runs `runnel ctl node ARGS...` and kills it (SIGKILL) once it has
 /// printed `changes` membership changes ("group G: voters ..." lines);
 /// answers what it printed on stderr.
@@ -91,7 +97,7 @@ pub async fn ctl_node_killed_after(args: &[&str], changes: usize) -> String {
             let line = line.expect("ctl's stderr");
             printed.push_str(&line);
             printed.push('\n');
-            if line.starts_with("group ") {
+            if is_membership_change(&line) {
                 seen += 1;
                 if seen == changes {
                     let _ = child.kill();

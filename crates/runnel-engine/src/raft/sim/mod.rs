@@ -29,6 +29,9 @@
 //! replica of each group instead, so that the groups live on different
 //! nodes and every node routes some groups it holds no copy of.
 //!
+//! [`transfer`] moves each group's leadership again and again under the
+//! same clients, and checks that writes never wait out a lease.
+//!
 //! [`lost_disk`] plays one scenario the random faults are unlikely to
 //! reach: a node loses its disk while an acknowledged write is on it and
 //! its leader alone, and the leader crashes before the node has it back.
@@ -42,6 +45,7 @@ mod lost_disk;
 mod membership;
 mod net;
 mod replicas;
+mod transfer;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};

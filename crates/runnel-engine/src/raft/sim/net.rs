@@ -248,7 +248,7 @@ impl Transport for SimTransport {
             if self.net.refuses_vote(node, group) {
                 return Err(crate::raft::vote_guard::REFUSAL.into());
             }
-            crate::raft::rebalance::on_handoff(&raft, role);
+            crate::raft::transfer::on_handoff(&raft, role);
             Ok(())
         })
     }

@@ -149,7 +149,7 @@ async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Ve
             bincode::serialize(&super::leader_listing(raft, view, &request).await?)
         }
         PeerRequest::Handoff(role) => {
-            crate::raft::rebalance::on_handoff(raft, role);
+            crate::raft::transfer::on_handoff(raft, role);
             bincode::serialize(&())
         }
         PeerRequest::Hello(_) => return Err("a hello only opens a connection".into()),

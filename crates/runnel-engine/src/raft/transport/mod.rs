@@ -56,7 +56,7 @@ const KIND_PROBE: u8 = 4;
 /// The leader's read index: the log index a follower must apply before
 /// serving a read (the leader confirms it still leads first).
 const KIND_READ_INDEX: u8 = 5;
-/// A part in a leadership handover (see [`super::rebalance`]); the body is
+/// A part in a leadership transfer (see [`super::transfer`]); the body is
 /// the role.
 const KIND_HANDOFF: u8 = 6;
 /// The first request on a connection (see [`hello`]).
@@ -289,7 +289,7 @@ impl PeerLink {
             .ok()
     }
 
-    /// Asks this peer to play `role` in a handover of `group`.
+    /// Asks this peer to play `role` in a leadership transfer of `group`.
     pub async fn handoff(&self, group: u32, role: u8) -> Result<(), String> {
         self.call(KIND_HANDOFF, group, &[role], Duration::from_secs(1))
             .await
@@ -518,7 +518,7 @@ pub(crate) trait Transport: Send + Sync + 'static {
         request: &'a ListRequest,
     ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>>;
 
-    /// Asks `node` to play `role` in a handover of `group`.
+    /// Asks `node` to play `role` in a leadership transfer of `group`.
     fn handoff(
         &self,
         node: NodeId,

@@ -88,6 +88,15 @@ pub(crate) trait PeerQueries: Send + Sync {
         group: u32,
         request: &'a ListRequest,
     ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>>;
+
+    /// Asks `node` to play `role` in a leadership transfer of `group`
+    /// (see [`crate::raft::transfer`]).
+    fn handoff(
+        &self,
+        node: NodeId,
+        group: u32,
+        role: u8,
+    ) -> crate::BoxFuture<'_, Result<(), String>>;
 }
 
 impl<T: Transport> PeerQueries for T {
@@ -114,6 +123,15 @@ impl<T: Transport> PeerQueries for T {
         request: &'a ListRequest,
     ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>> {
         Transport::list(self, leader, group, request)
+    }
+
+    fn handoff(
+        &self,
+        node: NodeId,
+        group: u32,
+        role: u8,
+    ) -> crate::BoxFuture<'_, Result<(), String>> {
+        Transport::handoff(self, node, group, role)
     }
 }
 
