@@ -14,14 +14,18 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
+started=$(date +%s)
+# Each stage's heading, with the seconds since the start (CI must stay
+# under 30 minutes on two cores: these say where the time goes).
+stage() { echo "== [$(($(date +%s) - started)) s] $*"; }
 
-echo "== installing test dependencies"
+stage "installing test dependencies"
 scripts/install-test-deps.sh
-echo "== cargo fmt --check"
+stage "cargo fmt --check"
 cargo fmt --all -- --check
-echo "== cargo clippy"
+stage "cargo clippy"
 cargo clippy --release --all-targets --locked -- -D warnings
-echo "== cargo test"
+stage "cargo test"
 cargo test --release --workspace --locked
 # cargo test built the release binary for the end-to-end tests; reuse it.
 [ -x target/release/runnel ] || cargo build --release --locked -p runnel
@@ -30,26 +34,26 @@ bin=$root/target/release/runnel
 # Tiering on thresholds so small that most reads cross from tiered
 # history into the log: every append is its own chunk, tiered at once.
 tiny_tiers=(--tier-chunk-bytes 1 --tier-max-age-secs 0 --tier-interval-ms 20)
-echo "== conformance suite (tiering every append)"
+stage "conformance suite (tiering every append)"
 scripts/conformance.sh "$bin" -- "${tiny_tiers[@]}"
-echo "== conformance suite through a 3-node cluster (tiering every append to a shared store)"
+stage "conformance suite through a 3-node cluster (tiering every append to a shared store)"
 scripts/conformance.sh "$bin" --cluster -- --object-store 'file://{data}/objects' "${tiny_tiers[@]}"
-echo "== conformance suite through a 3-node cluster while another process saturates the disk and a CPU"
+stage "conformance suite through a 3-node cluster while another process saturates the disk and a CPU"
 scripts/conformance.sh "$bin" --cluster --saturate
-echo "== conformance suite over HTTPS"
+stage "conformance suite over HTTPS"
 scripts/conformance.sh "$bin" --tls
-echo "== conformance suite over HTTPS (HTTP/2) through a 3-node cluster on mutual TLS"
+stage "conformance suite over HTTPS (HTTP/2) through a 3-node cluster on mutual TLS"
 scripts/conformance.sh "$bin" --cluster --h2
-echo "== the console in headless Chromium"
+stage "the console in headless Chromium"
 scripts/console-test.sh "$bin"
 
 # Power loss: checkpoints, segment rolls, preallocation and tiered-chunk
 # reclaim all happen during the cycles.
 power_tiers=(--tier-chunk-bytes 4096 --tier-max-age-secs 1 --tier-interval-ms 100
   --tier-gc-grace-secs 1 --hot-bytes 2000000)
-echo "== power-loss cycles"
+stage "power-loss cycles"
 CYCLES=${POWER_LOSS_CYCLES:-20} scripts/power-loss.sh "$bin" "${power_tiers[@]}"
-echo "== power-loss cycles must catch a server that never fsyncs"
+stage "power-loss cycles must catch a server that never fsyncs"
 never_log=$(mktemp)
 status=0
 CYCLES=3 scripts/power-loss.sh "$bin" --sync never >"$never_log" 2>&1 || status=$?
@@ -61,9 +65,10 @@ if [ "$status" = 0 ] || ! grep -q "VIOLATION" "$never_log"; then
 fi
 grep -m1 "VIOLATION" "$never_log"
 rm -f "$never_log"
-echo "== IO errors"
+stage "IO errors"
 scripts/io-errors.sh "$bin"
-echo "== fuzzing (bounded; stable toolchain)"
+stage "fuzzing (bounded; stable toolchain)"
 FUZZ_SECS=${FUZZ_SECS:-20} scripts/fuzz.sh
-echo "== partitions, loss and slow links between namespaced nodes (fixed seeds)"
+stage "partitions, loss and slow links between namespaced nodes (fixed seeds)"
 SEEDS=${PARTITION_SEEDS:-"1 2 3"} DURATION=${PARTITION_SECS:-30} scripts/partitions.sh "$bin"
+stage "all passed"

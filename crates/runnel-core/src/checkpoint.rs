@@ -25,9 +25,9 @@ use std::sync::Arc;
 /// and the queue of objects to delete ([`crate::tier`]); version 4 the
 /// subscriptions ([`crate::subscription`], as JSON); version 5 the
 /// cluster id, version 6 the retired nodes, version 7 the replication
-/// factor ([`crate::cluster_meta`]).
+/// factor, version 8 the preferred leaders ([`crate::cluster_meta`]).
 /// Earlier versions still load.
-const CHECKPOINT_VERSION: u8 = 7;
+const CHECKPOINT_VERSION: u8 = 8;
 
 /// A group's state taken for a checkpoint under its lock, encoded after.
 ///
@@ -118,6 +118,11 @@ impl StreamsState {
             w.u64(*node);
         }
         w.opt_u64(self.replication.map(u64::from));
+        w.u64(self.preferred_leaders.len() as u64);
+        for (group, node) in &self.preferred_leaders {
+            w.u64(u64::from(*group));
+            w.u64(*node);
+        }
         CheckpointCapture {
             bytes: w.finish(),
             cuts,
@@ -188,6 +193,13 @@ impl StreamsState {
                 .opt_u64()?
                 .map(|f| u32::try_from(f).map_err(|_| CodecError::Invalid("replication factor")))
                 .transpose()?;
+        }
+        if version >= 8 {
+            for _ in 0..r.u64()? {
+                let group = u32::try_from(r.u64()?)
+                    .map_err(|_| CodecError::Invalid("preferred leader group"))?;
+                state.preferred_leaders.insert(group, r.u64()?);
+            }
         }
         r.expect_end()?;
         Ok(state)

@@ -11,8 +11,12 @@
 //! [`Command::SetReplication`](crate::Command::SetReplication) sets how
 //! many replicas each data group has: the node that forms the cluster
 //! proposes its `--replication-factor` as the initial one (applied only
-//! while none is set), and `runnel ctl node rebalance` changes it. All
-//! three are part of the state, so checkpoints and snapshots carry them to
+//! while none is set), and `runnel ctl node rebalance` changes it.
+//! [`Command::PreferLeaders`](crate::Command::PreferLeaders) records which
+//! node each group should be led by (the placement's balanced choice: a
+//! forming cluster's first, then `runnel ctl node`'s after each change of
+//! placement); each group's leader hands its leadership there. All four
+//! are part of the state, so checkpoints and snapshots carry them to
 //! replicas that join later.
 
 use crate::error::CoreError;
@@ -20,6 +24,10 @@ use crate::state::{Applied, StreamsState};
 
 /// The longest cluster id accepted.
 pub const MAX_LEN: usize = 64;
+
+/// The most groups a cluster may have (so the most preferred leaders one
+/// command may set).
+pub const MAX_GROUPS: u32 = 4096;
 
 /// The most replicas of a group a cluster may ask for: more voters than
 /// this make every write wait on a quorum too large to be useful.
@@ -82,6 +90,34 @@ impl StreamsState {
             factor: self.replication.unwrap_or(factor),
             set,
         })
+    }
+
+    /// Whether any group's preferred leader is set.
+    pub fn has_preferred_leaders(&self) -> bool {
+        !self.preferred_leaders.is_empty()
+    }
+
+    /// The node group `group` should be led by, once set.
+    pub fn preferred_leader(&self, group: u32) -> Option<u64> {
+        self.preferred_leaders.get(&group).copied()
+    }
+
+    pub(crate) fn prefer_leaders(
+        &mut self,
+        leaders: &[(u32, u64)],
+        initial: bool,
+    ) -> Result<Applied, CoreError> {
+        if let Some((group, _)) = leaders.iter().find(|(g, _)| *g >= MAX_GROUPS) {
+            return Err(CoreError::InvalidGroup { group: *group });
+        }
+        if initial && !self.preferred_leaders.is_empty() {
+            return Ok(Applied::PreferredLeaders { changed: false });
+        }
+        let mut changed = false;
+        for (group, node) in leaders {
+            changed |= self.preferred_leaders.insert(*group, *node) != Some(*node);
+        }
+        Ok(Applied::PreferredLeaders { changed })
     }
 
     pub(crate) fn retire_node(&mut self, node: u64) -> Applied {
@@ -187,16 +223,59 @@ mod tests {
         let retired = state.digest();
         replicate(&mut state, 3, true).expect("set");
         assert_ne!(state.digest(), retired);
+        let replicated = state.digest();
+        prefer(&mut state, &[(1, 2), (2, 3)], true).expect("preferred");
+        assert_ne!(state.digest(), replicated);
         let bytes = state.capture_checkpoint().encode();
         let restored = StreamsState::decode_checkpoint(&bytes).expect("decodes");
         assert_eq!(restored.cluster_id(), Some("prod-eu"));
         assert!(restored.is_retired(7));
         assert_eq!(restored.replication(), Some(3));
+        assert_eq!(restored.preferred_leader(1), Some(2));
+        assert_eq!(restored.preferred_leader(2), Some(3));
+        assert_eq!(restored.preferred_leader(3), None);
         assert_eq!(restored.digest(), state.digest());
         let unnamed = StreamsState::new().capture_checkpoint().encode();
         let restored = StreamsState::decode_checkpoint(&unnamed).expect("decodes");
         assert_eq!(restored.cluster_id(), None);
         assert_eq!(restored.replication(), None);
+        assert_eq!(restored.preferred_leader(1), None);
+    }
+
+    fn prefer(
+        state: &mut StreamsState,
+        leaders: &[(u32, u64)],
+        initial: bool,
+    ) -> Result<Applied, CoreError> {
+        let leaders = leaders.to_vec();
+        run(state, Command::PreferLeaders { leaders, initial })
+    }
+
+    #[test]
+    fn initial_leaders_set_only_when_none_are_and_later_ones_replace_theirs() {
+        let mut state = StreamsState::new();
+        let applied = |changed| Ok(Applied::PreferredLeaders { changed });
+        assert_eq!(prefer(&mut state, &[(0, 1), (1, 2)], true), applied(true));
+        // Another forming node's placement does not override the first.
+        assert_eq!(prefer(&mut state, &[(1, 3)], true), applied(false));
+        assert_eq!(state.preferred_leader(1), Some(2));
+        assert_eq!(prefer(&mut state, &[(1, 3), (2, 1)], false), applied(true));
+        assert_eq!(prefer(&mut state, &[(1, 3)], false), applied(false));
+        assert_eq!(
+            [0, 1, 2, 3].map(|g| state.preferred_leader(g)),
+            [Some(1), Some(3), Some(1), None]
+        );
+    }
+
+    #[test]
+    fn a_group_beyond_the_most_a_cluster_has_is_refused_and_changes_nothing() {
+        let mut state = StreamsState::new();
+        assert_eq!(
+            prefer(&mut state, &[(1, 2), (MAX_GROUPS, 2)], false),
+            Err(CoreError::InvalidGroup { group: MAX_GROUPS })
+        );
+        assert_eq!(state.preferred_leader(1), None);
+        assert!(prefer(&mut state, &[(MAX_GROUPS - 1, 2)], false).is_ok());
     }
 
     fn replicate(

@@ -171,6 +171,13 @@ pub enum Command {
         factor: u32,
         initial: bool,
     },
+    /// The node each listed group (`(group, node)`) should be led by (the
+    /// control group's; see [`crate::cluster_meta`]). `initial`: only if
+    /// none was set yet (what a forming cluster's placement proposes).
+    PreferLeaders {
+        leaders: Vec<(u32, u64)>,
+        initial: bool,
+    },
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -220,7 +227,8 @@ impl Command {
             | Command::Subscription(_)
             | Command::SetClusterId { .. }
             | Command::RetireNode { .. }
-            | Command::SetReplication { .. } => (None, None),
+            | Command::SetReplication { .. }
+            | Command::PreferLeaders { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -289,6 +297,7 @@ const TAG_SUBSCRIPTION: u8 = 14;
 const TAG_SET_CLUSTER_ID: u8 = 15;
 const TAG_RETIRE_NODE: u8 = 16;
 const TAG_SET_REPLICATION: u8 = 17;
+const TAG_PREFER_LEADERS: u8 = 18;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -441,6 +450,15 @@ impl Entry {
                 w.u8(TAG_SET_REPLICATION);
                 w.u64(u64::from(*factor));
                 w.bool(*initial);
+            }
+            Command::PreferLeaders { leaders, initial } => {
+                w.u8(TAG_PREFER_LEADERS);
+                w.bool(*initial);
+                w.u64(leaders.len() as u64);
+                for (group, node) in leaders {
+                    w.u64(u64::from(*group));
+                    w.u64(*node);
+                }
             }
         }
         w.raw(data);
@@ -601,6 +619,20 @@ impl Entry {
                     .map_err(|_| CodecError::Invalid("replication factor"))?,
                 initial: r.bool()?,
             },
+            TAG_PREFER_LEADERS => {
+                let initial = r.bool()?;
+                let count = r.u64()?;
+                if count > crate::cluster_meta::MAX_GROUPS as u64 {
+                    return Err(CodecError::Invalid("preferred leader count"));
+                }
+                let mut leaders = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    let group = u32::try_from(r.u64()?)
+                        .map_err(|_| CodecError::Invalid("preferred leader group"))?;
+                    leaders.push((group, r.u64()?));
+                }
+                Command::PreferLeaders { leaders, initial }
+            }
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {

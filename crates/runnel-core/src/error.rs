@@ -69,6 +69,12 @@ pub enum CoreError {
         max = crate::cluster_meta::MAX_REPLICATION
     )]
     InvalidReplication { factor: u32 },
+    /// A group number at or above [`crate::cluster_meta::MAX_GROUPS`].
+    #[error(
+        "a cluster has at most {max} groups: there is no group {group}",
+        max = crate::cluster_meta::MAX_GROUPS
+    )]
+    InvalidGroup { group: u32 },
     /// A subscription command refused by the protocol's rules.
     #[error(transparent)]
     Subscription(#[from] crate::subscription::SubError),

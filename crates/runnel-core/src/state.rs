@@ -84,6 +84,10 @@ pub enum Applied {
         factor: u32,
         set: bool,
     },
+    /// Preferred leaders set; `changed`: this command changed one.
+    PreferredLeaders {
+        changed: bool,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -198,6 +202,8 @@ pub struct StreamsState {
     pub(crate) retired_nodes: std::collections::BTreeSet<u64>,
     /// Replicas of each data group, in the control group, once set.
     pub(crate) replication: Option<u32>,
+    /// The node each group should be led by, in the control group.
+    pub(crate) preferred_leaders: std::collections::BTreeMap<u32, u64>,
 }
 
 impl StreamsState {
@@ -276,6 +282,7 @@ impl StreamsState {
             Command::SetClusterId { id } => self.set_cluster_id(id),
             Command::RetireNode { node } => Ok(self.retire_node(*node)),
             Command::SetReplication { factor, initial } => self.set_replication(*factor, *initial),
+            Command::PreferLeaders { leaders, initial } => self.prefer_leaders(leaders, *initial),
         }
     }
 
@@ -387,6 +394,10 @@ impl StreamsState {
         }
         if let Some(factor) = self.replication {
             feed(&factor.to_le_bytes());
+        }
+        for (group, node) in &self.preferred_leaders {
+            feed(&group.to_le_bytes());
+            feed(&node.to_le_bytes());
         }
         hash
     }

@@ -47,6 +47,7 @@ use tokio::sync::watch;
 pub use clock::now_ms;
 pub use metrics::{GroupMetrics, NodeMetrics, TierMetrics};
 pub use node::{EngineConfig, Node};
+pub use runnel_core::cluster_meta::MAX_GROUPS;
 pub use runnel_log::SyncMode;
 
 /// A boxed future, as the object-safe trait methods return.

@@ -279,7 +279,8 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         CoreError::SnapshotOffsetInvalid
         | CoreError::TrimOffsetInvalid
         | CoreError::InvalidClusterId { .. }
-        | CoreError::InvalidReplication { .. } => StatusCode::BAD_REQUEST,
+        | CoreError::InvalidReplication { .. }
+        | CoreError::InvalidGroup { .. } => StatusCode::BAD_REQUEST,
         // Internal: the engine resolves these before proposing, and
         // tiering commands never come from a client.
         CoreError::SubOffsetInTieredHistory | CoreError::TierRefused { .. } => {

@@ -489,8 +489,9 @@ impl ServeArgs {
             engine.sync = sync.parse::<SyncMode>()?;
         }
         if let Some(groups) = pick!(groups) {
-            if groups == 0 || groups > 4096 {
-                return Err("groups must be between 1 and 4096".into());
+            let most = runnel_engine::MAX_GROUPS;
+            if groups == 0 || groups > most {
+                return Err(format!("groups must be between 1 and {most}"));
             }
             engine.groups = groups;
         }

@@ -136,7 +136,7 @@ pub enum NodeCommand {
     },
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 pub struct NodeArgs {
     /// Any member's base URL.
     #[arg(long, default_value = "http://127.0.0.1:4437")]

@@ -128,6 +128,13 @@ fn sample_entries() -> Vec<Entry> {
                 initial: true,
             },
         },
+        Entry {
+            now_ms: 17,
+            command: Command::PreferLeaders {
+                leaders: vec![(1, 3), (2, 1), (4095, u64::MAX)],
+                initial: false,
+            },
+        },
     ]
 }
 

@@ -20,7 +20,8 @@ const PROBE_AGAIN: Duration = Duration::from_millis(200);
 /// Forms new groups and balances leadership. Each group is formed on the
 /// nodes `placement` names for it (all of them for group 0, and while the
 /// replication factor is at least the node count), and has a preferred
-/// leader among them (`group % replicas` in node-id order). A node
+/// leader among them (its first replica there, balanced by the planner;
+/// the control group records them: `cluster::leaders`). A node
 /// initializes the new groups it prefers at once (openraft then elects it) and holds back, for
 /// a few election timeouts, its election timer in the others, so
 /// leadership starts out balanced. A group whose preferred node is down
@@ -43,8 +44,7 @@ pub(super) async fn form_and_balance(
     if !members.contains_key(&me) {
         return;
     }
-    // Where each group is formed, and who should lead it: the voter
-    // `g mod voters` in node-id order, as `raft::rebalance` hands back to.
+    // Where each group is formed.
     let placed = |g: &RaftGroup| -> Vec<NodeId> {
         let mut nodes = placement.groups[g.index() as usize].clone();
         nodes.sort_unstable();
@@ -87,10 +87,9 @@ pub(super) async fn form_and_balance(
             ));
         }
     }
-    let preferred = |g: &RaftGroup| {
-        let nodes = placed(g);
-        nodes[g.index() as usize % nodes.len()] == me
-    };
+    // Who should lead it: its first replica, as the control group
+    // records (`cluster::leaders`) and `raft::rebalance` hands back to.
+    let preferred = |g: &RaftGroup| placement.groups[g.index() as usize].first() == Some(&me);
     let form = |group: Arc<RaftGroup>| {
         let transport = Arc::clone(&transport);
         let members: BTreeMap<NodeId, BasicNode> = placed(&group)

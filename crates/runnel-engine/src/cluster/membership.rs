@@ -36,6 +36,9 @@ use runnel_core::{Applied, Command};
 /// How long a new member may take to catch up before the command gives
 /// up (it can be run again and goes on from where it stopped).
 const CATCH_UP_LIMIT: Duration = Duration::from_secs(60);
+/// How long a member may take to answer before a membership change or a
+/// transfer counts it as down.
+const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 /// How long a retirement waits for this node to see the node gone from
 /// every group.
 const RETIRE_WAIT: Duration = Duration::from_secs(5);
@@ -60,6 +63,9 @@ pub enum MemberChange {
     /// If `node` leads the group, another voter is to (before `node`'s
     /// replica moves away).
     LeadAway { node: NodeId },
+    /// Each listed group `(group, node)` should be led by `node` (a
+    /// change to the control group only; see [`super::leaders`]).
+    PreferLeaders { leaders: Vec<(u32, NodeId)> },
 }
 
 /// A group's membership after a change.
@@ -99,14 +105,13 @@ impl ClusterNode {
         let changed = match change {
             MemberChange::Add { node, http_addr } => add(g, node, &http_addr).await?,
             MemberChange::Remove { node } => {
-                let reachable = self.reachable();
-                let removes_itself = node == self.node_id;
-                check_removal(g, node, &reachable)?;
+                let reachable = self.answering(g).await;
                 // A leader removing itself hands its leadership over first,
                 // with no gap in writes (openraft would have it step down
                 // once the removal commits, and the others wait out its
                 // lease); the caller retries the removal at the new leader.
-                if removes_itself {
+                if node == self.node_id {
+                    check_removal(g, node, &reachable)?;
                     match self.lead_away(g, &reachable).await {
                         Ok(to) => return Err(EngineError::NotLeader(Some(to))),
                         Err(reason) => tracing::warn!(
@@ -120,7 +125,7 @@ impl ClusterNode {
             }
             MemberChange::Lead { node } => self.lead(g, node).await?,
             MemberChange::LeadAway { node } if node == self.node_id => {
-                let reachable = self.reachable();
+                let reachable = self.answering(g).await;
                 self.lead_away(g, &reachable)
                     .await
                     .map_err(transfer_failed)?;
@@ -129,13 +134,12 @@ impl ClusterNode {
             MemberChange::LeadAway { .. } => false,
             MemberChange::Retire { node } => self.retire(group, node).await?,
             MemberChange::SetReplication { factor } => {
-                if group as usize != CONTROL_GROUP {
-                    return Err(EngineError::Membership(format!(
-                        "the replication factor is set through group {CONTROL_GROUP}, not \
-                         group {group}"
-                    )));
-                }
+                only_through_control(group, "the replication factor is set")?;
                 self.set_replication(factor).await?
+            }
+            MemberChange::PreferLeaders { leaders } => {
+                only_through_control(group, "preferred leaders are set")?;
+                self.prefer_leaders(leaders).await?
             }
         };
         let (voters, learners) = members(g);
@@ -148,12 +152,26 @@ impl ClusterNode {
         })
     }
 
-    /// This node and the peers it reaches.
-    fn reachable(&self) -> BTreeSet<NodeId> {
-        (self.peer_metrics)()
+    /// This node and the members of `g` that answer a query about it
+    /// now, within [`ANSWER_WITHIN`]. (A peer's link learns that the peer
+    /// died only at its next connection attempt: a removal checked
+    /// against it could leave the group a joint membership that needs the
+    /// dead node, and no write could commit.)
+    async fn answering(&self, g: &RaftGroup) -> BTreeSet<NodeId> {
+        let (voters, learners) = members(g);
+        let asks = voters
             .into_iter()
-            .filter(|p| p.reachable)
-            .map(|p| p.node)
+            .chain(learners)
+            .filter(|n| *n != self.node_id)
+            .map(|node| async move {
+                let asked = self.peers_asked.leader_view(node, g.index());
+                let answer = tokio::time::timeout(ANSWER_WITHIN, asked).await;
+                matches!(answer, Ok(Ok(_))).then_some(node)
+            });
+        futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .flatten()
             .chain(std::iter::once(self.node_id))
             .collect()
     }
@@ -170,15 +188,16 @@ impl ClusterNode {
                 g.index()
             )));
         }
-        transfer(g, self.node_id, node, &self.reachable(), &*self.peers_asked)
+        let reachable = self.answering(g).await;
+        transfer(g, self.node_id, node, &reachable, &*self.peers_asked)
             .await
             .map_err(transfer_failed)?;
         Ok(true)
     }
 
     /// Moves the leadership of `g`, which this node leads, to another
-    /// voter: the group's preferred leader once this node is gone, or the
-    /// voter most caught up if that one is behind. Answers the new leader.
+    /// voter: the group's preferred leader among them, or the voter most
+    /// caught up if that one is behind. Answers the new leader.
     async fn lead_away(
         &self,
         g: &RaftGroup,
@@ -186,8 +205,8 @@ impl ClusterNode {
     ) -> Result<NodeId, String> {
         let (voters, _) = members(g);
         let others: Vec<NodeId> = voters.into_iter().filter(|v| *v != self.node_id).collect();
-        let preferred = *others
-            .get(g.index() as usize % others.len().max(1))
+        let control = &self.groups[CONTROL_GROUP];
+        let preferred = super::leaders::preferred_leader(control, g.index(), &others)
             .ok_or_else(|| format!("node {} is group {}'s only voter", self.node_id, g.index()))?;
         let to = match follower_within(g, preferred, NEARLY_CAUGHT_UP) {
             true => preferred,
@@ -357,6 +376,16 @@ async fn add(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool, E
         .await
         .map_err(raft_refusal)?;
     Ok(true)
+}
+
+/// Refuses a change of cluster state sent to a data group.
+fn only_through_control(group: u32, what: &str) -> Result<(), EngineError> {
+    match group as usize == CONTROL_GROUP {
+        true => Ok(()),
+        false => Err(EngineError::Membership(format!(
+            "{what} through group {CONTROL_GROUP}, not group {group}"
+        ))),
+    }
 }
 
 /// A failed transfer, as the caller may retry it (503).

@@ -4,8 +4,9 @@
 //! The cluster forms on first start without any manual step: each node
 //! initializes every group with the same membership (the full peer list),
 //! which openraft accepts on every node, and the node that should lead a
-//! group (`group % nodes`, in node-id order) calls its election first, so
-//! leadership starts out balanced. After a restart each node recovers its
+//! group (balanced by the placement planner, recorded in group 0:
+//! [`leaders`]) calls its election first, so leadership starts out
+//! balanced. After a restart each node recovers its
 //! groups' logs and votes from the shared log and rejoins. Members are
 //! added and removed later, one group at a time, while the cluster serves
 //! ([`membership`]); a node that a group no longer has drops its copy and
@@ -54,6 +55,7 @@ mod formation;
 pub mod hosting;
 pub mod identity;
 mod joint;
+mod leaders;
 pub mod membership;
 mod reads;
 mod recovery;
@@ -211,6 +213,7 @@ impl ClusterNode {
             .map(|(file, left)| file.filter(|f| left.is_none_or(|at| f.header.replay_from >= at)))
             .collect();
         let (replay_from, collected_below) = recovery::replay_points(&files, &left);
+        let covered_below = recovery::covered_below(&files, &left);
         if replay_from == 0 {
             refuse_collected_log_without_checkpoint(&engine.data_dir.join("log"))?;
         }
@@ -231,13 +234,10 @@ impl ClusterNode {
                     .map(|g| u32::from_le_bytes(*g) as usize)
                     .filter(|_| payload.len() >= crate::raft::RECORD_PREFIX)
                     .ok_or_else(|| "record shorter than its prefix".to_string())?;
-                if left
-                    .get(group)
-                    .copied()
-                    .flatten()
-                    .is_some_and(|at| pos < at)
-                {
-                    return Ok(()); // a record of a copy this node dropped
+                if covered_below.get(group).is_some_and(|below| pos < *below) {
+                    // Covered by the group's snapshot, or of a copy this
+                    // node dropped (and may lie among collected segments).
+                    return Ok(());
                 }
                 indexes
                     .get_mut(group)
@@ -366,6 +366,10 @@ impl ClusterNode {
             groups.len(),
             config.replication,
         );
+        tasks.push(tokio::spawn(leaders::record_initial(
+            Arc::clone(&groups[control::CONTROL_GROUP]),
+            placement.clone(),
+        )));
         tasks.push(tokio::spawn(formation::form_and_balance(
             groups.clone(),
             config.node_id,
@@ -400,8 +404,10 @@ impl ClusterNode {
             config.node_id,
             Arc::clone(&hosting),
         )));
+        let control_group = Arc::clone(&groups[control::CONTROL_GROUP]);
         tasks.push(tokio::spawn(rebalance::rebalance(
             groups.clone(),
+            move |g, voters| leaders::preferred_leader(&control_group, g, voters),
             config.node_id,
             Arc::clone(&transport),
             config.election_timeout.1 * 6,

@@ -28,6 +28,22 @@ pub(super) fn replay_points(files: &[Option<SnapshotFile>], left: &[Option<u64>]
     (scan_from.min(checkpoint), checkpoint)
 }
 
+/// Per group, below which log position its records are not replayed:
+/// its snapshot's replay point (what lies before is covered by the
+/// snapshot file, vote included, and may sit among segments the
+/// collector deleted when another group's replay point was lower), else
+/// where this node dropped its copy, else nowhere.
+pub(super) fn covered_below(files: &[Option<SnapshotFile>], left: &[Option<u64>]) -> Vec<u64> {
+    files
+        .iter()
+        .zip(left)
+        .map(|(file, left)| match file {
+            Some(file) => file.header.replay_from,
+            None => left.unwrap_or(0),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,6 +58,17 @@ mod tests {
             },
             state: Vec::new(),
         })
+    }
+
+    #[test]
+    fn each_group_skips_what_its_snapshot_covers_or_what_it_dropped() {
+        assert_eq!(
+            covered_below(
+                &[file(500), None, file(300), None],
+                &[None, Some(100), Some(200), None]
+            ),
+            vec![500, 100, 300, 0]
+        );
     }
 
     #[test]

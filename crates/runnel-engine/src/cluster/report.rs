@@ -71,6 +71,7 @@ impl ClusterNode {
             voters: Vec::new(),
             learners: Vec::new(),
             changing: false,
+            preferred_leader: None,
         }
     }
 
@@ -78,15 +79,20 @@ impl ClusterNode {
         if let Some(tiering) = &self.tiering {
             tier::uploader::count_totals(&self.groups, tiering);
         }
+        let control = self.groups[crate::control::CONTROL_GROUP].view();
         let groups: Vec<GroupStatus> = self
             .groups
             .iter()
             .map(|g| {
-                if self.held_elsewhere(g) {
-                    return self.elsewhere_status(g.index());
-                }
-                let mut status = g.status();
-                status.votes = !self.served.votes.refuses(g.index(), &g.raft());
+                let mut status = match self.held_elsewhere(g) {
+                    true => self.elsewhere_status(g.index()),
+                    false => {
+                        let mut status = g.status();
+                        status.votes = !self.served.votes.refuses(g.index(), &g.raft());
+                        status
+                    }
+                };
+                status.preferred_leader = control.with_state(|s| s.preferred_leader(g.index()));
                 status
             })
             .collect();

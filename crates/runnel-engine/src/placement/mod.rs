@@ -154,7 +154,10 @@ pub fn stream_group(name: &str, group_count: usize) -> usize {
 /// The placement of a cluster's groups: group 0 (the control group: the
 /// cluster's metadata and subscriptions) on every member, the data
 /// groups `1..group_count` placed by [`target`] with `replication`
-/// replicas each. Group 0's first replica is kept while it is a member.
+/// replicas each. Group 0's first replica (its preferred leader) is kept
+/// while it is a member that leads no more than `ceil(group_count /
+/// members)` groups with it, else it is the member that leads the fewest
+/// data groups.
 pub fn cluster_target(
     current: &Placement,
     members: &[NodeId],
@@ -169,10 +172,21 @@ pub fn cluster_target(
     let mut everyone: Vec<NodeId> = members.to_vec();
     everyone.sort_unstable();
     everyone.dedup();
-    if let Some(first) = current.groups.first().and_then(|g| g.first()) {
-        if let Some(at) = everyone.iter().position(|n| n == first) {
-            everyone[..=at].rotate_right(1);
-        }
+    let data_leads = data.leaders_per_node(&everyone);
+    let cap = group_count.div_ceil(everyone.len());
+    let kept = current
+        .groups
+        .first()
+        .and_then(|g| g.first())
+        .filter(|first| data_leads.get(first).is_some_and(|l| *l < cap));
+    // Some member leads fewer than `cap` data groups: they are fewer than
+    // `group_count`.
+    let first = kept.copied().or_else(|| {
+        let fewest = data_leads.iter().min_by_key(|(n, l)| (**l, **n));
+        fewest.map(|(n, _)| *n)
+    });
+    if let Some(at) = everyone.iter().position(|n| Some(*n) == first) {
+        everyone[..=at].rotate_right(1);
     }
     let mut groups = vec![everyone];
     groups.extend(data.groups);

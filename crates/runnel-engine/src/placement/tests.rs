@@ -193,8 +193,35 @@ fn the_control_group_is_on_every_member_and_the_data_groups_are_balanced() {
                 groups: placed.groups[1..].to_vec(),
             };
             check(&data, &members, group_count - 1, 3);
+            let cap = group_count.div_ceil(members.len());
+            let leads = placed.leaders_per_node(&members);
+            assert!(
+                leads.values().all(|l| *l <= cap),
+                "{nodes} nodes, {group_count} groups: leaders per node {leads:?} over {cap}"
+            );
         }
     }
+}
+
+#[test]
+fn the_control_group_is_led_by_a_member_leading_few_data_groups() {
+    // Node 1 leads group 0 and two of the four data groups: three of five,
+    // over the cap of two. Group 0 goes to node 2, which leads one.
+    let current = Placement {
+        groups: vec![
+            vec![1, 2, 3],
+            vec![1, 2, 3],
+            vec![1, 2, 3],
+            vec![2, 1, 3],
+            vec![3, 1, 2],
+        ],
+    };
+    let placed = cluster_target(&current, &[1, 2, 3], 5, 3);
+    let firsts: Vec<NodeId> = placed.groups.iter().map(|g| g[0]).collect();
+    assert_eq!(firsts, vec![2, 1, 1, 2, 3], "{placed:?}");
+    // Within the cap, the first replica stays.
+    let placed = cluster_target(&placed, &[1, 2, 3], 5, 3);
+    assert_eq!(placed.groups[0][0], 2);
 }
 
 #[test]
@@ -204,8 +231,10 @@ fn the_control_group_keeps_its_first_replica_while_it_is_a_member() {
     };
     let placed = cluster_target(&current, &[1, 2, 3, 4], 2, 3);
     assert_eq!(placed.groups[0], vec![3, 1, 2, 4]);
+    // Gone: the member leading the fewest data groups (node 1 leads
+    // group 1) leads group 0.
     let placed = cluster_target(&current, &[1, 2, 4], 2, 3);
-    assert_eq!(placed.groups[0], vec![1, 2, 4]);
+    assert_eq!(placed.groups[0], vec![2, 1, 4]);
     // Its data group keeps three replicas, on the remaining members.
     let mut data = placed.groups[1].clone();
     data.sort_unstable();

@@ -75,6 +75,9 @@ pub struct GroupStatus {
     pub learners: Vec<NodeId>,
     /// A membership change is under way (a joint configuration).
     pub changing: bool,
+    /// The node the cluster would have lead the group, once recorded
+    /// (filled in by the cluster's status: `cluster::leaders`).
+    pub preferred_leader: Option<NodeId>,
 }
 
 impl RaftGroup {
@@ -243,6 +246,7 @@ impl RaftGroup {
                 .get_joint_config()
                 .len()
                 > 1,
+            preferred_leader: None,
         }
     }
 

@@ -1,9 +1,10 @@
-//! Leadership back to each group's preferred node after a failover.
+//! Leadership to each group's preferred node: back after a failover, and
+//! on after the placement's choice changed.
 //!
-//! Groups start with balanced leaders (group `g` prefers the voter
-//! `g mod voters` of its membership, in node-id order), but a failover
-//! moves a group's leadership to another node and nothing would move it
-//! back: after a node restarts, the others keep leading its groups.
+//! Groups start with balanced leaders (the preferred ones, cluster state:
+//! see `cluster::leaders`), but a failover moves a group's leadership to
+//! another node and nothing would move it back: after a node restarts,
+//! the others keep leading its groups.
 //! So a leader that is not its group's preferred node, once that node has
 //! been (nearly) caught up for two checks in a row, moves the leadership
 //! there with a [`transfer`](super::transfer), which keeps writes
@@ -11,6 +12,7 @@
 //! It happens only when a preferred node comes back, or after a move
 //! changed the group's voters.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,6 +28,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(3);
 /// not prefer. Starts after `start_after` (the formation's hold-back).
 pub(crate) async fn rebalance(
     groups: Vec<Arc<RaftGroup>>,
+    prefers: impl Fn(u32, &[NodeId]) -> Option<NodeId> + Send + 'static,
     me: NodeId,
     transport: Arc<impl Transport>,
     start_after: Duration,
@@ -35,18 +38,23 @@ pub(crate) async fn rebalance(
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
         for (g, group) in groups.iter().enumerate() {
-            // Every replica agrees on the voters (they are replicated), so
-            // on the preferred node too, whoever joined or left.
             let nodes: Vec<NodeId> = {
                 let metrics = group.raft().metrics();
                 let metrics = metrics.borrow();
                 metrics.membership_config.membership().voter_ids().collect()
             };
-            let Some(&preferred) = nodes.get(g % nodes.len().max(1)) else {
+            let Some(preferred) = prefers(g as u32, &nodes) else {
                 continue;
             };
+            let reachable: BTreeSet<NodeId> = transport
+                .peer_metrics()
+                .into_iter()
+                .filter(|p| p.reachable)
+                .map(|p| p.node)
+                .collect();
             if preferred == me
                 || group.leader() != Some(me)
+                || !reachable.contains(&preferred)
                 || !follower_within(group, preferred, NEARLY_CAUGHT_UP)
             {
                 caught_up[g] = 0;
@@ -55,12 +63,6 @@ pub(crate) async fn rebalance(
             caught_up[g] += 1;
             if caught_up[g] >= 2 {
                 caught_up[g] = 0;
-                let reachable = transport
-                    .peer_metrics()
-                    .into_iter()
-                    .filter(|p| p.reachable)
-                    .map(|p| p.node)
-                    .collect();
                 if let Err(reason) = transfer(group, me, preferred, &reachable, &*transport).await {
                     tracing::warn!(
                         group = g,

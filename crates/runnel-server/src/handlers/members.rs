@@ -67,6 +67,9 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
             Some(("lead-away", value)) => changes.push(MemberChange::LeadAway {
                 node: strict_integer(value, "lead-away")?,
             }),
+            Some(("prefer", value)) => changes.push(MemberChange::PreferLeaders {
+                leaders: parse_leaders(value)?,
+            }),
             Some(("replication", value)) => {
                 let factor = strict_integer(value, "replication")?;
                 let factor = u32::try_from(factor).map_err(|_| {
@@ -89,8 +92,31 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
 fn usage() -> ApiError {
     ApiError::bad(
         "a membership change is one of ?add=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID, \
-         ?retire=NODE_ID, ?replication=FACTOR, ?lead=NODE_ID or ?lead-away=NODE_ID",
+         ?retire=NODE_ID, ?replication=FACTOR, ?lead=NODE_ID, ?lead-away=NODE_ID or \
+         ?prefer=GROUP:NODE_ID,...",
     )
+}
+
+/// `GROUP:NODE_ID,...` (`:` and `,` may come percent-encoded).
+fn parse_leaders(value: &str) -> Result<Vec<(u32, u64)>, ApiError> {
+    let value = percent_decode(value)?;
+    let most = runnel_core::cluster_meta::MAX_GROUPS as usize;
+    if value.split(',').count() > most {
+        return Err(ApiError::bad(format!(
+            "at most {most} preferred leaders in one request"
+        )));
+    }
+    value
+        .split(',')
+        .map(|pair| {
+            let (group, node) = pair
+                .split_once(':')
+                .ok_or_else(|| ApiError::bad(format!("{pair:?} is not GROUP:NODE_ID")))?;
+            let group = strict_integer(group, "the group")?;
+            let group = u32::try_from(group).map_err(|_| ApiError::bad("no such group"))?;
+            Ok((group, strict_integer(node, "the node id")?))
+        })
+        .collect()
 }
 
 async fn apply(app: &AppState, group: u32, change: MemberChange) -> Result<Response, ApiError> {

@@ -7,8 +7,9 @@
 //! at a time: the receiving node is added to the group (a learner caught
 //! up, then a voter) before the giving node is removed, so a group never
 //! has fewer replicas than before. A giving node that leads the group
-//! hands its leadership over first, while the group has an odd number of
-//! voters, so writes go on during the transfer. Each step is idempotent and the
+//! hands its leadership over first, so writes go on during the transfer.
+//! Then each group's preferred leader (the target's first replica,
+//! balanced) is recorded in group 0, and leaderships move there. Each step is idempotent and the
 //! placement is read afresh on every run, so a command cut short is
 //! finished by running it again.
 
@@ -175,7 +176,54 @@ pub(crate) fn place(
             print(m.group, &removed);
         }
     }
+    settle_leaders(args, &target)?;
     Ok(moves.len())
+}
+
+/// Preferred leaders sent in one request at most.
+const PREFERRED_PER_REQUEST: usize = 256;
+/// How long a leadership transfer may keep failing before the command
+/// leaves it to the groups' leaders.
+const LEAD_TIMEOUT_SECS: u64 = 10;
+
+/// Records `target`'s first replicas as the groups' preferred leaders
+/// (balanced by the planner), then asks each group led elsewhere to move
+/// its leadership there at once (its leader would within seconds); a
+/// transfer that does not happen in time is only reported.
+fn settle_leaders(args: &NodeArgs, target: &Placement) -> Result<(), String> {
+    let preferred: Vec<(usize, u64)> = target
+        .groups
+        .iter()
+        .enumerate()
+        .filter_map(|(g, replicas)| Some((g, *replicas.first()?)))
+        .collect();
+    for chunk in preferred.chunks(PREFERRED_PER_REQUEST) {
+        let pairs: Vec<String> = chunk.iter().map(|(g, n)| format!("{g}:{n}")).collect();
+        let path = format!(
+            "/_runnel/cluster/groups/0/members?prefer={}",
+            pairs.join(",")
+        );
+        change_group(args, &path, 0)?;
+    }
+    let layout = Layout::read(args)?;
+    let quick = NodeArgs {
+        timeout_secs: LEAD_TIMEOUT_SECS,
+        ..args.clone()
+    };
+    for (g, want) in preferred {
+        if layout.placement.groups.get(g).and_then(|r| r.first()) == Some(&want) {
+            continue;
+        }
+        let path = format!("/_runnel/cluster/groups/{g}/members?lead={want}");
+        match change_group(&quick, &path, g) {
+            Ok(_) => eprintln!("group {g}: led by node {want}"),
+            Err(reason) => eprintln!(
+                "group {g}: leadership not moved to node {want} yet ({reason}); its leader \
+                 moves it within seconds"
+            ),
+        }
+    }
+    Ok(())
 }
 
 /// Prints a group's membership after a change, on stderr.

@@ -33,7 +33,8 @@ pub async fn placement(cluster: &Cluster, nodes: &[usize]) -> Vec<Vec<u64>> {
 
 /// Asserts the placement the running `nodes` (indexes) report: group 0
 /// on exactly `members` (ids), every other group on `replicas` of them,
-/// and data replicas per node differing by at most one.
+/// data replicas per node differing by at most one, and leaderships
+/// balanced (see [`assert_leaders_balanced`]).
 pub async fn assert_placed(cluster: &Cluster, nodes: &[usize], members: &[u64], replicas: usize) {
     let placed = placement(cluster, nodes).await;
     assert_eq!(placed[0], members, "group 0: {placed:?}");
@@ -49,6 +50,85 @@ pub async fn assert_placed(cluster: &Cluster, nodes: &[usize], members: &[u64], 
     let (low, high) = (load.values().min().unwrap(), load.values().max().unwrap());
     assert!(high - low <= 1, "replicas per node {load:?}: {placed:?}");
     eprintln!("placed: {placed:?}");
+    assert_leaders_balanced(cluster, nodes, members, &placed).await;
+}
+
+/// Asserts that each data group's preferred leader (cluster state, as
+/// node `nodes[0]` reports it) is one of its voters in `placed`, that no
+/// member prefers to lead more than `ceil(data groups / members)`, and
+/// that every data group comes to be led by its preferred node.
+pub async fn assert_leaders_balanced(
+    cluster: &Cluster,
+    nodes: &[usize],
+    members: &[u64],
+    placed: &[Vec<u64>],
+) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    // A forming cluster records them a moment after its groups have
+    // leaders.
+    let preferred = loop {
+        let status = cluster.status(nodes[0]).await.expect("status answers");
+        let preferred: Vec<Option<u64>> = status["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["preferred_leader"].as_u64())
+            .collect();
+        if preferred.iter().all(Option::is_some) {
+            break preferred;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no preferred leaders recorded: {preferred:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let cap = (placed.len() - 1).div_ceil(members.len());
+    let mut leads: BTreeMap<u64, usize> = BTreeMap::new();
+    for (g, voters) in placed.iter().enumerate().skip(1) {
+        let node = preferred[g].expect("recorded");
+        assert!(
+            voters.contains(&node),
+            "group {g} prefers node {node}, not a voter of {voters:?}"
+        );
+        *leads.entry(node).or_default() += 1;
+    }
+    assert!(
+        leads.values().all(|l| *l <= cap),
+        "preferred leaders per node {leads:?}, more than {cap}: {preferred:?}"
+    );
+    loop {
+        let leaders = leaders(cluster, nodes).await;
+        let settled = (1..placed.len()).all(|g| leaders[g] == preferred[g]);
+        if settled {
+            eprintln!("leaders: {leaders:?}, per node {leads:?}");
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the data groups are led by {leaders:?}, not by their preferred nodes {preferred:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Each group's leader, as the node that leads it reports (`None` where
+/// none of `nodes` says it leads).
+pub async fn leaders(cluster: &Cluster, nodes: &[usize]) -> Vec<Option<u64>> {
+    let mut leaders = Vec::new();
+    for &node in nodes {
+        let Some(status) = cluster.status(node).await else {
+            continue;
+        };
+        let reported = status["groups"].as_array().unwrap();
+        leaders.resize(reported.len(), None);
+        for (g, group) in reported.iter().enumerate() {
+            if group["leader"] == status["node_id"] && group["state"] == "Leader" {
+                leaders[g] = status["node_id"].as_u64();
+            }
+        }
+    }
+    leaders
 }
 
 /// Runs `runnel ctl node ARGS...`; answers (success, stdout, stderr).
