@@ -13,19 +13,16 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::time::Duration;
 
-use runnel_core::{Applied, Command};
+use runnel_core::{Applied, Command, StreamsState};
 
+use super::replication::propose_initial;
 use super::ClusterNode;
 use crate::control::CONTROL_GROUP;
 use crate::placement::Placement;
 use crate::raft::group::RaftGroup;
 use crate::raft::NodeId;
 use crate::{EngineError, GroupEngine, MaintainedGroup};
-
-/// Pause between looks at the control group until preferences stand.
-const POLL: Duration = Duration::from_millis(200);
 
 /// The node group `group` (with these `voters`, in node-id order) should
 /// be led by, as `control` (the control group's copy on this node) has
@@ -51,22 +48,12 @@ pub(crate) async fn record_initial(control: Arc<RaftGroup>, formed_on: Placement
         .enumerate()
         .filter_map(|(g, replicas)| Some((g as u32, *replicas.first()?)))
         .collect();
-    loop {
-        if control.view().with_state(|s| s.has_preferred_leaders()) {
-            return;
-        }
-        if control.leads() {
-            let command = Command::PreferLeaders {
-                leaders: leaders.clone(),
-                initial: true,
-            };
-            match control.propose(command).await {
-                Ok(applied) => tracing::debug!(?applied, "initial preferred leaders"),
-                Err(e) => tracing::debug!(error = %e, "recording preferred leaders; retrying"),
-            }
-        }
-        tokio::time::sleep(POLL).await;
-    }
+    let command = Command::PreferLeaders {
+        leaders,
+        initial: true,
+    };
+    let recorded = |s: &StreamsState| s.has_preferred_leaders();
+    propose_initial(&control, "preferred leaders", recorded, command).await;
 }
 
 impl ClusterNode {

@@ -10,14 +10,14 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use runnel_core::{Applied, Command};
+use runnel_core::{Applied, Command, StreamsState};
 
 use super::ClusterNode;
 use crate::control::CONTROL_GROUP;
 use crate::raft::group::RaftGroup;
 use crate::{EngineError, GroupEngine, MaintainedGroup};
 
-/// Pause between looks at the control group until a factor stands.
+/// Pause between looks at the control group until a value stands.
 const POLL: Duration = Duration::from_millis(200);
 
 /// Until the control group holds a replication factor: its leader (on
@@ -25,27 +25,39 @@ const POLL: Duration = Duration::from_millis(200);
 /// stands, saying so when it is not `flag`.
 pub(crate) async fn record_initial(control: Arc<RaftGroup>, flag: usize) {
     let flag = u32::try_from(flag).unwrap_or(u32::MAX);
-    loop {
-        if let Some(factor) = control.view().with_state(|s| s.replication()) {
-            if factor != flag {
-                tracing::info!(
-                    cluster = factor,
-                    flag,
-                    "this cluster keeps {factor} replicas of each data group: \
-                     --replication-factor applies only when a cluster forms (change it with \
-                     runnel ctl node rebalance --replication-factor N)"
-                );
-            }
-            return;
-        }
+    let command = Command::SetReplication {
+        factor: flag,
+        initial: true,
+    };
+    let recorded = |s: &StreamsState| s.replication().is_some();
+    propose_initial(&control, "replication factor", recorded, command).await;
+    let factor = control.view().with_state(|s| s.replication());
+    if let Some(factor) = factor.filter(|f| *f != flag) {
+        tracing::info!(
+            cluster = factor,
+            flag,
+            "this cluster keeps {factor} replicas of each data group: \
+             --replication-factor applies only when a cluster forms (change it with \
+             runnel ctl node rebalance --replication-factor N)"
+        );
+    }
+}
+
+/// Until the control group holds a value (`recorded`), its leader (on
+/// whichever node) proposes `command`, which sets it only while none is
+/// set: the first node to lead a forming cluster's control group names
+/// the initial value, and later ones change nothing.
+pub(super) async fn propose_initial(
+    control: &RaftGroup,
+    what: &str,
+    recorded: impl Fn(&StreamsState) -> bool,
+    command: Command,
+) {
+    while !control.view().with_state(&recorded) {
         if control.leads() {
-            let command = Command::SetReplication {
-                factor: flag,
-                initial: true,
-            };
-            match control.propose(command).await {
-                Ok(applied) => tracing::debug!(?applied, "initial replication factor"),
-                Err(e) => tracing::debug!(error = %e, "recording the replication factor; retrying"),
+            match control.propose(command.clone()).await {
+                Ok(applied) => tracing::debug!(?applied, "initial {what}"),
+                Err(e) => tracing::debug!(error = %e, "recording the initial {what}; retrying"),
             }
         }
         tokio::time::sleep(POLL).await;

@@ -114,7 +114,7 @@ pub(crate) async fn transfer(
     };
     let mut paused = None;
     if !plan.writes_flow {
-        paused = Some(group.pause_proposals().await);
+        paused = Some(pause(group, deadline).await?);
         wait_caught_up(group, to, deadline).await?;
     }
     raft.runtime_config().elect(false);
@@ -131,7 +131,7 @@ pub(crate) async fn transfer(
     }
     let writes_paused = Instant::now();
     if paused.is_none() {
-        paused = Some(group.pause_proposals().await);
+        paused = Some(pause(group, deadline).await?);
     }
     wait_caught_up(group, to, deadline).await?;
     peers
@@ -199,6 +199,22 @@ impl Drop for Restore<'_> {
         self.group.muted().unmute_all();
         self.raft.runtime_config().elect(true);
     }
+}
+
+/// Stops the group's proposals once the batches in flight are answered,
+/// unless they are not by `deadline` (a quorum lost meanwhile).
+async fn pause(
+    group: &RaftGroup,
+    deadline: Instant,
+) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, String> {
+    tokio::time::timeout_at(deadline, group.pause_proposals())
+        .await
+        .map_err(|_| {
+            format!(
+                "group {}'s batches in flight were not answered in time",
+                group.index()
+            )
+        })
 }
 
 async fn wait_caught_up(group: &RaftGroup, to: NodeId, deadline: Instant) -> Result<(), String> {
