@@ -131,7 +131,8 @@ pub struct ServeArgs {
     /// it as nodes come and go, and `runnel ctl node rebalance
     /// --replication-factor N` changes it. Once a cluster has formed, the
     /// flag changes nothing. Group 0 (the cluster's metadata and
-    /// subscriptions) is on every node [default: 3].
+    /// subscriptions) is voted on by five nodes at most and followed by
+    /// every other node as a learner [default: 3].
     #[arg(long)]
     pub replication_factor: Option<u64>,
     /// In a cluster, how long a request that meets a leadership change

@@ -117,7 +117,8 @@ pub enum NodeCommand {
     /// Move one group's replica from a node to another: the receiving
     /// node becomes a learner of the group, is caught up and promoted,
     /// then the giving node leaves the group and drops its copy. Group 0
-    /// (the cluster's metadata and subscriptions) stays on every node.
+    /// (the cluster's metadata and subscriptions), followed by every
+    /// node, is placed by `rebalance`, not moved by hand.
     Move {
         /// The group whose replica moves.
         #[arg(long)]

@@ -43,7 +43,8 @@ async fn groups_on_three_of_n_nodes_while_nodes_come_and_go() {
     let (ok, stdout, stderr) = ctl_node_add(6, &addr, &cluster.base(0)).await;
     assert!(ok, "node add failed: {stderr}");
     eprint!("{stderr}{stdout}");
-    // Group 0 and two or three of the five others.
+    // Group 0 (as a learner: it has five voters) and two or three of
+    // the five others.
     assert!(
         stdout.contains("it holds 3 of the 6 groups") || stdout.contains("it holds 4 of the 6"),
         "{stdout}"

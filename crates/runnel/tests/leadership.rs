@@ -13,17 +13,6 @@ use common::cluster::Cluster;
 use common::read_all;
 use common::writers::{stop_and_check, Writers};
 
-/// `POST /_runnel/cluster/groups/{group}/members?{query}` to node `via`:
-/// the status and the JSON or text answer.
-async fn change(cluster: &Cluster, via: usize, group: usize, query: &str) -> (u16, String) {
-    let url = format!(
-        "{}/_runnel/cluster/groups/{group}/members?{query}",
-        cluster.base(via)
-    );
-    let r = reqwest::Client::new().post(url).send().await.unwrap();
-    (r.status().as_u16(), r.text().await.unwrap())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn leadership_moves_on_request_while_writes_go_on() {
     let dir = tempfile::tempdir().unwrap();
@@ -44,7 +33,9 @@ async fn leadership_moves_on_request_while_writes_go_on() {
             let leader = cluster.leaders(0).await.unwrap()[group].unwrap();
             let to = (leader + 1) % 3;
             let via = (leader + 2) % 3;
-            let (status, body) = change(&cluster, via, group, &format!("lead={}", to + 1)).await;
+            let (status, body) = cluster
+                .change_members(via, group, &format!("lead={}", to + 1))
+                .await;
             assert_eq!(status, 200, "step {step}, group {group}: {body}");
             let report: serde_json::Value = serde_json::from_str(&body).unwrap();
             assert_eq!(report["changed"], true, "{body}");
@@ -61,21 +52,25 @@ async fn leadership_moves_on_request_while_writes_go_on() {
     // Asking for the leader it has changes nothing; the leader asked to
     // lead away from another node keeps leading.
     let leader = cluster.leaders(0).await.unwrap()[1].unwrap();
-    let (status, body) = change(&cluster, 0, 1, &format!("lead={}", leader + 1)).await;
+    let (status, body) = cluster
+        .change_members(0, 1, &format!("lead={}", leader + 1))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""changed":false"#), "{body}");
     let other = (leader + 1) % 3 + 1;
-    let (status, body) = change(&cluster, 0, 1, &format!("lead-away={other}")).await;
+    let (status, body) = cluster
+        .change_members(0, 1, &format!("lead-away={other}"))
+        .await;
     assert_eq!(status, 200, "{body}");
     assert!(body.contains(r#""changed":false"#), "{body}");
     assert_eq!(cluster.leaders(0).await.unwrap()[1], Some(leader));
 
     // Refused, with the reason.
-    let (status, body) = change(&cluster, 0, 1, "lead=9").await;
+    let (status, body) = cluster.change_members(0, 1, "lead=9").await;
     assert_eq!(status, 409, "{body}");
     assert!(body.contains("node 9 is not a voter of group 1"), "{body}");
     for bad in ["lead=one", "lead=1&remove=2", "lead-away="] {
-        let (status, body) = change(&cluster, 0, 1, bad).await;
+        let (status, body) = cluster.change_members(0, 1, bad).await;
         assert_eq!(status, 400, "{bad}: {body}");
     }
 

@@ -10,7 +10,8 @@
 //! under another id than its own and a node joining under an id the
 //! cluster has. A removed node drops out of the others' status and peer
 //! metrics, and every member ends knowing the cluster's id. No acknowledged append is lost, the writers see no error,
-//! and every remaining replica ends identical.
+//! and every remaining replica ends identical. A voter of group 0 becomes
+//! a learner of it and a voter again.
 
 mod common;
 
@@ -18,7 +19,7 @@ use std::time::Duration;
 
 use common::cluster::Cluster;
 use common::membership::{ctl_node, ctl_node_add, replace_dead_node, serve_joining};
-use common::writers::{assert_read_back, Writers};
+use common::writers::{assert_read_back, stop_and_check, Writers};
 
 /// Each group's voters as node `i` sees them.
 async fn voters(cluster: &Cluster, i: usize) -> Vec<Vec<u64>> {
@@ -50,14 +51,21 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
 
     // With node 3 down, removing node 2 would leave each group {1, 3}
     // with only node 1 reachable: refused, and nothing changes.
+    // It is refused before anything moves: node 2 keeps the leaderships
+    // it has.
     cluster.kill(2);
-    cluster.wait_for_leaders(Duration::from_secs(10)).await;
+    let leaders = cluster.wait_for_leaders(Duration::from_secs(10)).await;
     let (ok, _, stderr) =
         ctl_node(&["remove", "--node-id", "2", "--target", &cluster.base(0)]).await;
     assert!(!ok, "a removal that costs the quorum was not refused");
     assert!(stderr.contains("without a quorum"), "{stderr}");
     eprint!("refused: {stderr}");
     assert_eq!(voters(&cluster, 0).await, vec![vec![1, 2, 3]; 3]);
+    assert_eq!(
+        cluster.wait_for_leaders(Duration::from_secs(10)).await,
+        leaders,
+        "a refused removal moved leaderships"
+    );
     cluster.restart(2).await;
     cluster.wait_until_every_node_votes().await;
 
@@ -214,4 +222,89 @@ async fn a_node_joins_and_another_leaves_while_writers_run() {
         "writers saw errors"
     );
     assert_read_back(&client, &cluster, &remaining, &written).await;
+}
+
+/// Group 0 has five voters at most; the other members follow it as
+/// learners. A voter is turned into a learner (`?demote=N`) and back
+/// (`?add=N`) while writers run through every node: the learner goes on
+/// applying group 0's entries and serving, the changes are idempotent,
+/// and they are refused on a data group.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_control_group_voter_becomes_a_learner_and_a_voter_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(dir.path(), 3, &["--groups", "2"]).await;
+    let leaders = cluster.wait_for_leaders(Duration::from_secs(10)).await;
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(15))
+        .build()
+        .unwrap();
+    let targets = (0..3).map(|n| cluster.base(n)).collect();
+    let writers = Writers::start(&client, "learner", 6, targets).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A node that does not lead group 0, asked through itself.
+    let learner = (leaders[0] + 1) % 3;
+    let id = learner as u64 + 1;
+    let (status, body) = cluster
+        .change_members(learner, 1, &format!("demote={id}"))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("through group 0"), "{body}");
+    for again in [true, false] {
+        let (status, body) = cluster
+            .change_members(learner, 0, &format!("demote={id}"))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(report["changed"], again, "{body}");
+        assert_eq!(report["learners"], serde_json::json!([id]), "{body}");
+        assert!(
+            !report["voters"].as_array().unwrap().contains(&id.into()),
+            "{body}"
+        );
+    }
+    let addr = format!("127.0.0.1:{}", cluster.ports[learner]);
+    let (status, body) = cluster
+        .change_members(0, 0, &format!("learn={id}&addr={addr}"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""changed":false"#), "{body}");
+
+    // The learner applies what group 0 commits: a new preferred leader
+    // of group 1 shows in its status (and group 1's leadership moves
+    // there, the writers writing).
+    let status = cluster.status(0).await.expect("node 1 answers");
+    let before = status["groups"][1]["preferred_leader"].as_u64().unwrap();
+    let data_leader = before % 3 + 1;
+    let (status, body) = cluster
+        .change_members(0, 0, &format!("prefer=1:{data_leader}"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains(r#""changed":true"#), "{body}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = cluster.status(learner).await.expect("the learner answers");
+        let zero = &status["groups"][0];
+        let preferred = &status["groups"][1]["preferred_leader"];
+        if zero["state"] == "Learner" && *preferred == data_leader {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the learner's status: {status}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // A voter again.
+    let (status, body) = cluster
+        .change_members(learner, 0, &format!("add={id}&addr={addr}"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let report: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(report["changed"], true, "{body}");
+    assert_eq!(report["voters"], serde_json::json!([1, 2, 3]), "{body}");
+    assert_eq!(report["learners"], serde_json::json!([]), "{body}");
+    stop_and_check(writers, &client, &cluster, &[0, 1, 2]).await;
 }

@@ -97,7 +97,7 @@ async fn a_replica_moves_to_a_new_node_and_the_old_one_forwards() {
         &target,
     ])
     .await;
-    assert!(!ok && stderr.contains("stays on every node"), "{stderr}");
+    assert!(!ok && stderr.contains("followed by every node"), "{stderr}");
 
     let (ok, stdout, stderr) = ctl_node(&[
         "move",

@@ -1,6 +1,8 @@
 //! Membership changes, one group at a time at its leader: a node is added
 //! (as a learner, caught up by snapshot and log, then promoted to voter)
-//! or removed (its replica leaves the group). `runnel ctl node add` and
+//! or removed (its replica leaves the group). The control group has five
+//! voters at most; the other members follow it as learners (a learner is
+//! added, or a voter demoted to one). `runnel ctl node add` and
 //! `node remove` drive every group through these, each at its leader;
 //! each step is idempotent, so a command cut short is finished by running
 //! it again.
@@ -51,6 +53,13 @@ pub enum MemberChange {
     Add { node: NodeId, http_addr: String },
     /// `node` leaves the group.
     Remove { node: NodeId },
+    /// `node`, serving HTTP at `http_addr`, follows the group as a
+    /// learner: it applies the group's entries without voting (a change
+    /// to the control group only, whose voters are five at most).
+    Learn { node: NodeId, http_addr: String },
+    /// `node`, a voter, becomes a learner (a change to the control group
+    /// only).
+    Demote { node: NodeId },
     /// `node`, a member of no group any more, is removed from the cluster
     /// for good (a change to the control group only).
     Retire { node: NodeId },
@@ -94,7 +103,7 @@ impl ClusterNode {
         if g.leader() != Some(self.node_id) {
             return Err(EngineError::NotLeader(g.leader()));
         }
-        if let MemberChange::Add { node, .. } = &change {
+        if let MemberChange::Add { node, .. } | MemberChange::Learn { node, .. } = &change {
             if self.is_retired(*node) {
                 return Err(EngineError::Membership(format!(
                     "node {node} was removed from this cluster for good; give the new node \
@@ -106,22 +115,18 @@ impl ClusterNode {
             MemberChange::Add { node, http_addr } => add(g, node, &http_addr).await?,
             MemberChange::Remove { node } => {
                 let reachable = self.answering(g).await;
-                // A leader removing itself hands its leadership over first,
-                // with no gap in writes (openraft would have it step down
-                // once the removal commits, and the others wait out its
-                // lease); the caller retries the removal at the new leader.
-                if node == self.node_id {
-                    check_removal(g, node, &reachable)?;
-                    match self.lead_away(g, &reachable).await {
-                        Ok(to) => return Err(EngineError::NotLeader(Some(to))),
-                        Err(reason) => tracing::warn!(
-                            group,
-                            %reason,
-                            "a leader removing itself could not hand its leadership over first"
-                        ),
-                    }
-                }
+                self.hand_over_before_leaving(g, node, &reachable).await?;
                 remove(g, node, &reachable).await?
+            }
+            MemberChange::Learn { node, http_addr } => {
+                only_through_control(group, "a learner is added")?;
+                learn(g, node, &http_addr).await?
+            }
+            MemberChange::Demote { node } => {
+                only_through_control(group, "a voter is made a learner")?;
+                let reachable = self.answering(g).await;
+                self.hand_over_before_leaving(g, node, &reachable).await?;
+                demote(g, node, &reachable).await?
             }
             MemberChange::Lead { node } => self.lead(g, node).await?,
             MemberChange::LeadAway { node } if node == self.node_id => {
@@ -150,6 +155,34 @@ impl ClusterNode {
             leader: g.leader(),
             changed,
         })
+    }
+
+    /// Before this node stops voting in `g`, which it leads, hands the
+    /// leadership over with no gap in writes, and answers the new leader
+    /// as `NotLeader` (the caller sends the change there). openraft would
+    /// have it step down once the change commits, and the others wait out
+    /// its lease. A change naming another node passes.
+    async fn hand_over_before_leaving(
+        &self,
+        g: &RaftGroup,
+        node: NodeId,
+        reachable: &BTreeSet<NodeId>,
+    ) -> Result<(), EngineError> {
+        if node != self.node_id {
+            return Ok(());
+        }
+        check_removal(g, node, reachable)?;
+        match self.lead_away(g, reachable).await {
+            Ok(to) => Err(EngineError::NotLeader(Some(to))),
+            Err(reason) => {
+                tracing::warn!(
+                    group = g.index(),
+                    %reason,
+                    "a leader leaving its group's voters could not hand its leadership over first"
+                );
+                Ok(())
+            }
+        }
     }
 
     /// This node and the members of `g` that answer a query about it
@@ -319,8 +352,42 @@ fn members(group: &RaftGroup) -> (BTreeSet<NodeId>, BTreeSet<NodeId>) {
     )
 }
 
+/// Makes `node` a voter of `group`: a learner first, caught up, then
+/// promoted; answers false if it was a voter already.
 async fn add(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool, EngineError> {
-    let addr = raft_addr(http_addr).map_err(EngineError::Membership)?;
+    check_address(group, node, http_addr)?;
+    let (voters, _) = members(group);
+    if voters.contains(&node) {
+        return Ok(false);
+    }
+    // A learner first: it catches up (snapshot and log) without counting
+    // towards the quorum, so the group's writes never wait for it. A
+    // learner from an earlier, cut-short run is added again and waited
+    // for the same way.
+    add_learner_caught_up(group, node, http_addr).await?;
+    let promote = ChangeMembers::AddVoterIds(BTreeSet::from([node]));
+    group
+        .raft()
+        .change_membership(promote, false)
+        .await
+        .map_err(raft_refusal)?;
+    Ok(true)
+}
+
+/// Makes `node` a learner of `group`, caught up; answers false if it was
+/// a member (voter or learner) already.
+async fn learn(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool, EngineError> {
+    check_address(group, node, http_addr)?;
+    let (voters, learners) = members(group);
+    if voters.contains(&node) || learners.contains(&node) {
+        return Ok(false);
+    }
+    add_learner_caught_up(group, node, http_addr).await?;
+    Ok(true)
+}
+
+/// Refuses `node` at `http_addr` if the group knows it at another address.
+fn check_address(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<(), EngineError> {
     let known = group.member_http_addr(node);
     if let Some(known) = known.as_deref().filter(|known| *known != http_addr) {
         return Err(EngineError::Membership(format!(
@@ -329,12 +396,17 @@ async fn add(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool, E
             group.index()
         )));
     }
-    let (voters, _) = members(group);
-    if voters.contains(&node) {
-        return Ok(false);
-    }
-    // A learner first: it catches up (snapshot and log) without counting
-    // towards the quorum, so the group's writes never wait for it.
+    Ok(())
+}
+
+/// Adds `node` to `group` as a learner and waits until it holds the
+/// entry that added it.
+async fn add_learner_caught_up(
+    group: &RaftGroup,
+    node: NodeId,
+    http_addr: &str,
+) -> Result<(), EngineError> {
+    let addr = raft_addr(http_addr).map_err(EngineError::Membership)?;
     let raft = group.raft();
     let added = raft
         .add_learner(node, BasicNode { addr }, false)
@@ -356,23 +428,36 @@ async fn add(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool, E
         )
         .await;
     match waited {
-        Ok(m) if m.replication.is_some() => {}
+        Ok(m) if m.replication.is_some() => Ok(()),
         // Leadership moved meanwhile: the caller asks the new leader.
-        Ok(m) => return Err(EngineError::NotLeader(m.current_leader)),
-        Err(openraft::metrics::WaitError::Timeout(..)) => {
-            return Err(EngineError::Membership(format!(
-                "node {node} did not catch up with group {} within {} s; run the command \
-                 again to go on waiting",
-                group.index(),
-                CATCH_UP_LIMIT.as_secs()
-            )))
-        }
-        Err(_) => return Err(EngineError::ShuttingDown),
+        Ok(m) => Err(EngineError::NotLeader(m.current_leader)),
+        Err(openraft::metrics::WaitError::Timeout(..)) => Err(EngineError::Membership(format!(
+            "node {node} did not catch up with group {} within {} s; run the command again \
+             to go on waiting",
+            group.index(),
+            CATCH_UP_LIMIT.as_secs()
+        ))),
+        Err(_) => Err(EngineError::ShuttingDown),
     }
-    let promote = ChangeMembers::AddVoterIds(BTreeSet::from([node]));
+}
+
+/// Turns `group`'s voter `node` into a learner, if the other voters keep
+/// a quorum; answers false if it was no voter.
+async fn demote(
+    group: &RaftGroup,
+    node: NodeId,
+    reachable: &BTreeSet<NodeId>,
+) -> Result<bool, EngineError> {
+    let (voters, _) = members(group);
+    if !voters.contains(&node) {
+        return Ok(false);
+    }
+    check_removal(group, node, reachable)?;
+    let change = ChangeMembers::RemoveVoters(BTreeSet::from([node]));
+    // `retain`: a voter removed stays a learner.
     group
         .raft()
-        .change_membership(promote, false)
+        .change_membership(change, true)
         .await
         .map_err(raft_refusal)?;
     Ok(true)

@@ -360,12 +360,16 @@ impl ClusterNode {
         let mut tasks = transport.serve(Arc::clone(&served)).await?;
 
         let ids: Vec<NodeId> = members.keys().copied().collect();
-        let placement = placement::cluster_target(
+        let mut placement = placement::cluster_target(
             &placement::Placement::default(),
             &ids,
             groups.len(),
             config.replication,
         );
+        // Every founder votes in group 0 (a group forms with voters only);
+        // past five, `runnel ctl node rebalance` makes the others learners.
+        let learners = placement::control_learners(&placement, &ids);
+        placement.groups[control::CONTROL_GROUP].extend(learners);
         tasks.push(tokio::spawn(leaders::record_initial(
             Arc::clone(&groups[control::CONTROL_GROUP]),
             placement.clone(),

@@ -4,7 +4,8 @@
 //! Pure functions of the cluster's members and the current placement, so
 //! they are tested exhaustively and by properties: [`target`] computes
 //! the placement to converge to, [`cluster_target`] that of a cluster
-//! (group 0 on every member), [`moves`] the single-replica moves that get
+//! (group 0 voted on by five members at most and learned by the rest),
+//! [`moves`] the single-replica moves that get
 //! there. A new cluster forms on [`cluster_target`]; `runnel ctl node`
 //! adds, drains and replaces nodes by applying [`moves`], one at a time.
 
@@ -141,9 +142,9 @@ pub fn target(
 
 /// The group a stream lives in, of a cluster's `group_count`: one of the
 /// data groups `1..group_count`, by a hash of its name. Group 0, the
-/// control group, is on every member and holds the cluster's metadata;
-/// it holds streams only in a cluster of one group. Streams kept out of
-/// it are copied to `replication` nodes, not to every node.
+/// control group, is followed by every member and holds the cluster's
+/// metadata; it holds streams only in a cluster of one group. Streams
+/// kept out of it are copied to `replication` nodes, not to every node.
 pub fn stream_group(name: &str, group_count: usize) -> usize {
     if group_count <= 1 {
         return 0;
@@ -151,13 +152,20 @@ pub fn stream_group(name: &str, group_count: usize) -> usize {
     1 + crate::node::group_index(name, group_count - 1)
 }
 
+/// The control group's voters at most. A metadata write waits for a
+/// quorum of them however large the cluster grows; every other member
+/// follows the group as a learner (it applies the same entries, so it
+/// knows the members, the placement and the subscriptions).
+pub const CONTROL_VOTERS: usize = 5;
+
 /// The placement of a cluster's groups: group 0 (the control group: the
-/// cluster's metadata and subscriptions) on every member, the data
-/// groups `1..group_count` placed by [`target`] with `replication`
-/// replicas each. Group 0's first replica (its preferred leader) is kept
-/// while it is a member that leads no more than `ceil(group_count /
-/// members)` groups with it, else it is the member that leads the fewest
-/// data groups.
+/// cluster's metadata and subscriptions) voted on by [`CONTROL_VOTERS`]
+/// of the members at most (those it has, while they are members; the
+/// others learn it), the data groups `1..group_count` placed by
+/// [`target`] with `replication` replicas each. Group 0's first replica
+/// (its preferred leader) is kept while it leads no more than
+/// `ceil(group_count / members)` groups with it, else it is the voter
+/// that leads the fewest data groups.
 pub fn cluster_target(
     current: &Placement,
     members: &[NodeId],
@@ -173,24 +181,62 @@ pub fn cluster_target(
     everyone.sort_unstable();
     everyone.dedup();
     let data_leads = data.leaders_per_node(&everyone);
+    let mut voters = control_voters(current.groups.first(), &everyone, &data_leads);
     let cap = group_count.div_ceil(everyone.len());
-    let kept = current
-        .groups
+    let kept = voters
         .first()
-        .and_then(|g| g.first())
-        .filter(|first| data_leads.get(first).is_some_and(|l| *l < cap));
-    // Some member leads fewer than `cap` data groups: they are fewer than
-    // `group_count`.
-    let first = kept.copied().or_else(|| {
-        let fewest = data_leads.iter().min_by_key(|(n, l)| (**l, **n));
-        fewest.map(|(n, _)| *n)
+        .filter(|first| current.groups.first().and_then(|g| g.first()) == Some(*first))
+        .filter(|first| data_leads.get(first).is_some_and(|l| *l < cap))
+        .copied();
+    let first = kept.or_else(|| {
+        let fewest = voters.iter().min_by_key(|n| (data_leads[*n], **n));
+        fewest.copied()
     });
-    if let Some(at) = everyone.iter().position(|n| Some(*n) == first) {
-        everyone[..=at].rotate_right(1);
+    if let Some(at) = voters.iter().position(|n| Some(*n) == first) {
+        voters[..=at].rotate_right(1);
     }
-    let mut groups = vec![everyone];
+    let mut groups = vec![voters];
     groups.extend(data.groups);
     Placement { groups }
+}
+
+/// Group 0's voters among `members`: those it has, in their order, while
+/// they are members, then the members leading the fewest data groups
+/// (`data_leads`; by id among equals, so one of them can lead group 0
+/// within the cap), [`CONTROL_VOTERS`] at most (a cluster that formed
+/// with more drops its last ones).
+fn control_voters(
+    current: Option<&Vec<NodeId>>,
+    members: &[NodeId],
+    data_leads: &BTreeMap<NodeId, usize>,
+) -> Vec<NodeId> {
+    let mut voters: Vec<NodeId> = Vec::with_capacity(CONTROL_VOTERS);
+    let held = current
+        .into_iter()
+        .flatten()
+        .filter(|n| members.contains(n));
+    let mut others = members.to_vec();
+    others.sort_by_key(|n| (data_leads[n], *n));
+    for node in held.chain(&others) {
+        if voters.len() < CONTROL_VOTERS && !voters.contains(node) {
+            voters.push(*node);
+        }
+    }
+    voters
+}
+
+/// The members that follow group 0 as learners in `placement` (made by
+/// [`cluster_target`]): those not among its voters.
+pub fn control_learners(placement: &Placement, members: &[NodeId]) -> Vec<NodeId> {
+    let voters = placement.groups.first().map_or(&[][..], |g| g.as_slice());
+    let mut learners: Vec<NodeId> = members
+        .iter()
+        .filter(|m| !voters.contains(m))
+        .copied()
+        .collect();
+    learners.sort_unstable();
+    learners.dedup();
+    learners
 }
 
 /// Reorders each group's replicas so that no member prefers to lead more

@@ -180,15 +180,25 @@ proptest! {
 }
 
 #[test]
-fn the_control_group_is_on_every_member_and_the_data_groups_are_balanced() {
-    for nodes in 1..=7u64 {
+fn the_control_group_has_five_voters_at_most_and_the_data_groups_are_balanced() {
+    for nodes in 1..=8u64 {
         let members: Vec<NodeId> = (1..=nodes).collect();
         for group_count in 1..=9 {
             let placed = cluster_target(&Placement::default(), &members, group_count, 3);
             assert_eq!(placed.groups.len(), group_count);
             let mut zero = placed.groups[0].clone();
             zero.sort_unstable();
-            assert_eq!(zero, members, "group 0 of {placed:?}");
+            zero.dedup();
+            let voters = (nodes as usize).min(CONTROL_VOTERS);
+            assert_eq!(zero.len(), voters, "group 0 of {placed:?}");
+            assert!(zero.iter().all(|v| members.contains(v)), "{placed:?}");
+            let mut followers = zero.clone();
+            followers.extend(control_learners(&placed, &members));
+            followers.sort_unstable();
+            assert_eq!(
+                followers, members,
+                "every member follows group 0: {placed:?}"
+            );
             let data = Placement {
                 groups: placed.groups[1..].to_vec(),
             };
@@ -239,4 +249,53 @@ fn the_control_group_keeps_its_first_replica_while_it_is_a_member() {
     let mut data = placed.groups[1].clone();
     data.sort_unstable();
     assert_eq!(data, vec![1, 2, 4]);
+}
+
+#[test]
+fn the_control_group_keeps_its_voters_while_they_are_members() {
+    let current = Placement {
+        groups: vec![vec![2, 1, 3, 4, 5], vec![1, 2, 3], vec![4, 5, 6]],
+    };
+    let members: Vec<NodeId> = (1..=7).collect();
+    let placed = cluster_target(&current, &members, 3, 3);
+    assert_eq!(placed.groups[0], vec![2, 1, 3, 4, 5], "{placed:?}");
+    assert_eq!(control_learners(&placed, &members), vec![6, 7]);
+    assert!(moves(&current, &placed).iter().all(|m| m.group != 0));
+
+    // Node 3 leaves: one learner, the lowest id, takes its vote.
+    let members = [1, 2, 4, 5, 6, 7];
+    let placed = cluster_target(&current, &members, 3, 3);
+    assert_eq!(placed.groups[0], vec![2, 1, 4, 5, 6], "{placed:?}");
+    assert_eq!(control_learners(&placed, &members), vec![7]);
+    let zero: Vec<Move> = moves(&current, &placed)
+        .into_iter()
+        .filter(|m| m.group == 0)
+        .collect();
+    assert_eq!(
+        zero,
+        vec![Move {
+            group: 0,
+            from: Some(3),
+            to: Some(6)
+        }]
+    );
+}
+
+#[test]
+fn a_control_group_formed_with_more_voters_drops_the_last_ones() {
+    let current = Placement {
+        groups: vec![vec![1, 2, 3, 4, 5, 6, 7], vec![1, 2, 3]],
+    };
+    let members: Vec<NodeId> = (1..=7).collect();
+    let placed = cluster_target(&current, &members, 2, 3);
+    let mut zero = placed.groups[0].clone();
+    zero.sort_unstable();
+    assert_eq!(zero, vec![1, 2, 3, 4, 5], "{placed:?}");
+    assert_eq!(control_learners(&placed, &members), vec![6, 7]);
+    let leaving: Vec<Option<NodeId>> = moves(&current, &placed)
+        .into_iter()
+        .filter(|m| m.group == 0)
+        .map(|m| m.from)
+        .collect();
+    assert_eq!(leaving, vec![Some(6), Some(7)]);
 }

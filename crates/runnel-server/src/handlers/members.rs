@@ -6,7 +6,9 @@
 //! from the cluster for good, and `?replication=R` to group 0 sets the
 //! cluster's replication factor (`runnel ctl node rebalance`). `?lead=N`
 //! moves the group's leadership to its voter N, `?lead-away=N` off N if
-//! N leads it (before N's replica moves away). The answer is the group's
+//! N leads it (before N's replica moves away). Group 0 has five voters
+//! at most: `?learn=N&addr=HOST:PORT` makes N one of its learners, and
+//! `?demote=N` turns its voter N into one. The answer is the group's
 //! voters, learners and leader after it.
 
 use axum::extract::Request;
@@ -50,13 +52,17 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
         .ok_or(ApiError::NotFound)
         .and_then(|g| strict_integer(g, "the group"))?;
     let group = u32::try_from(group).map_err(|_| ApiError::bad("no such group"))?;
-    let (mut add, mut addr, mut changes) = (None, None, Vec::new());
+    let (mut add, mut learn, mut addr, mut changes) = (None, None, None, Vec::new());
     for pair in request.uri().query().unwrap_or("").split('&') {
         match pair.split_once('=') {
             Some(("add", value)) => add = Some(strict_integer(value, "add")?),
+            Some(("learn", value)) => learn = Some(strict_integer(value, "learn")?),
             Some(("addr", value)) => addr = Some(percent_decode(value)?),
             Some(("remove", value)) => changes.push(MemberChange::Remove {
                 node: strict_integer(value, "remove")?,
+            }),
+            Some(("demote", value)) => changes.push(MemberChange::Demote {
+                node: strict_integer(value, "demote")?,
             }),
             Some(("retire", value)) => changes.push(MemberChange::Retire {
                 node: strict_integer(value, "retire")?,
@@ -80,9 +86,12 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
             _ => {}
         }
     }
-    match (add, addr) {
-        (Some(node), Some(http_addr)) => changes.push(MemberChange::Add { node, http_addr }),
-        (None, None) => {}
+    match (add, learn, addr) {
+        (Some(node), None, Some(http_addr)) => changes.push(MemberChange::Add { node, http_addr }),
+        (None, Some(node), Some(http_addr)) => {
+            changes.push(MemberChange::Learn { node, http_addr })
+        }
+        (None, None, None) => {}
         _ => return Err(usage()),
     }
     let [change] = <[MemberChange; 1]>::try_from(changes).map_err(|_| usage())?;
@@ -91,8 +100,9 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
 
 fn usage() -> ApiError {
     ApiError::bad(
-        "a membership change is one of ?add=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID, \
-         ?retire=NODE_ID, ?replication=FACTOR, ?lead=NODE_ID, ?lead-away=NODE_ID or \
+        "a membership change is one of ?add=NODE_ID&addr=HOST:PORT, \
+         ?learn=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID, ?demote=NODE_ID, ?retire=NODE_ID, \
+         ?replication=FACTOR, ?lead=NODE_ID, ?lead-away=NODE_ID or \
          ?prefer=GROUP:NODE_ID,...",
     )
 }

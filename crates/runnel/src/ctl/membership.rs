@@ -111,10 +111,12 @@ pub(crate) fn add(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(usize, u
     let addrs = BTreeMap::from([(node_id, addr.to_string())]);
     place(args, &layout, &members, &addrs)?;
     let after = Layout::read(args)?;
-    let held = after
+    // Group 0, which it holds as a voter or a learner, and its data groups.
+    let held = 1 + after
         .placement
         .groups
         .iter()
+        .skip(1)
         .filter(|g| g.contains(&node_id))
         .count();
     Ok((held, after.placement.groups.len()))
@@ -181,8 +183,9 @@ fn check_newcomer(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(), Strin
 fn move_replica(args: &NodeArgs, group: u32, from: u64, to: u64, addr: &str) -> Result<(), String> {
     if group == 0 {
         return Err(
-            "group 0 holds the cluster's metadata and subscriptions and stays on every node; \
-             move the replicas of other groups"
+            "group 0 holds the cluster's metadata and subscriptions and is followed by every \
+             node; its voters (five at most) are placed by `runnel ctl node rebalance`, not \
+             moved by hand"
                 .into(),
         );
     }

@@ -1,8 +1,9 @@
 //! Placing replicas as nodes come and go: `runnel ctl node add`, `remove`
 //! and `replace` (and `runnel serve --join`) read where each group's
 //! replicas are from the members' statuses, compute the placement the
-//! cluster should have with the new set of nodes (group 0 on every node,
-//! each other group on `replication_factor` of them, balanced:
+//! cluster should have with the new set of nodes (group 0 voted on by
+//! five of them at most and followed by the rest as learners, each other
+//! group on `replication_factor` of them, balanced:
 //! `runnel_engine::placement`), and apply the moves between the two one
 //! at a time: the receiving node is added to the group (a learner caught
 //! up, then a voter) before the giving node is removed, so a group never
@@ -29,6 +30,8 @@ pub(crate) struct Layout {
     /// Each group's voters, the leader first.
     pub placement: Placement,
     pub replication: usize,
+    /// The members whose status answered.
+    pub answering: BTreeSet<u64>,
 }
 
 impl Layout {
@@ -75,7 +78,12 @@ impl Layout {
                 statuses.push(status);
             }
         }
+        let answering = statuses
+            .iter()
+            .filter_map(|s| s["node_id"].as_u64())
+            .collect();
         Ok(placement_of(&statuses).map(|placement| Layout {
+            answering,
             replication: status["replication_factor"]
                 .as_u64()
                 .map_or(runnel_engine::cluster::DEFAULT_REPLICATION, |r| r as usize),
@@ -155,29 +163,83 @@ pub(crate) fn place(
         "replicas now {:?}; to be {:?}",
         layout.placement.groups, target.groups
     );
+    let up: BTreeSet<u64> = layout
+        .answering
+        .iter()
+        .chain(new_addrs.keys())
+        .copied()
+        .collect();
+    check_quorums(&moves, &target, &up)?;
+    let addr_of = |node: u64| {
+        new_addrs
+            .get(&node)
+            .or(layout.nodes.get(&node))
+            .ok_or_else(|| format!("node {node}'s address is not known"))
+    };
+    // The members that do not vote in group 0 follow it as learners, from
+    // the start: a newcomer knows the cluster before it holds data. (A
+    // voter to be demoted becomes one by its move below.)
+    let control_voters = &layout.placement.groups[0];
+    for node in placement::control_learners(&target, &members) {
+        if control_voters.contains(&node) {
+            continue;
+        }
+        let path = format!(
+            "/_runnel/cluster/groups/0/members?learn={node}&addr={}",
+            addr_of(node)?
+        );
+        let learned = change_group(args, &path, 0)?;
+        if learned["changed"] == true {
+            print(0, &learned);
+        }
+    }
     if moves.is_empty() {
         eprintln!("the replicas are placed as they should be: nothing to move");
     }
     for m in &moves {
-        let members = format!("/_runnel/cluster/groups/{}/members", m.group);
+        let members_path = format!("/_runnel/cluster/groups/{}/members", m.group);
         if let Some(from) = m.from {
             lead_away(args, m.group, from)?;
         }
         if let Some(to) = m.to {
-            let addr = new_addrs
-                .get(&to)
-                .or(layout.nodes.get(&to))
-                .ok_or_else(|| format!("node {to}'s address is not known"))?;
-            let added = change_group(args, &format!("{members}?add={to}&addr={addr}"), m.group)?;
-            print(m.group, &added);
+            let path = format!("{members_path}?add={to}&addr={}", addr_of(to)?);
+            print(m.group, &change_group(args, &path, m.group)?);
         }
         if let Some(from) = m.from {
-            let removed = change_group(args, &format!("{members}?remove={from}"), m.group)?;
-            print(m.group, &removed);
+            // A member leaving group 0's voters goes on following it.
+            let leaves = match m.group == 0 && members.contains(&from) {
+                true => "demote",
+                false => "remove",
+            };
+            let path = format!("{members_path}?{leaves}={from}");
+            print(m.group, &change_group(args, &path, m.group)?);
         }
     }
     settle_leaders(args, &target)?;
     Ok(moves.len())
+}
+
+/// Refuses a placement that would leave a group whose voters change with
+/// fewer of them `up` than a quorum: its last membership change could
+/// not commit, and a leadership would have moved for nothing.
+fn check_quorums(
+    moves: &[placement::Move],
+    target: &Placement,
+    up: &BTreeSet<u64>,
+) -> Result<(), String> {
+    let changing: BTreeSet<usize> = moves.iter().map(|m| m.group).collect();
+    for g in changing {
+        let voters = &target.groups[g];
+        let answering = voters.iter().filter(|v| up.contains(v)).count();
+        let quorum = voters.len() / 2 + 1;
+        if answering < quorum {
+            return Err(format!(
+                "group {g} would be left without a quorum: {answering} of its voters to be \
+                 {voters:?} answer, {quorum} are needed; bring its nodes back first"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Preferred leaders sent in one request at most.

@@ -225,6 +225,21 @@ impl Cluster {
         serde_json::from_slice(&r.bytes().await.ok()?).ok()
     }
 
+    /// `POST /_runnel/cluster/groups/{group}/members?{query}` to node
+    /// `via`: the status and the JSON or text answer.
+    pub async fn change_members(&self, via: usize, group: usize, query: &str) -> (u16, String) {
+        let url = format!(
+            "{}/_runnel/cluster/groups/{group}/members?{query}",
+            self.base(via)
+        );
+        let mut request = reqwest::Client::new().post(url);
+        if let Some(token) = &self.admin_token {
+            request = request.bearer_auth(token);
+        }
+        let r = request.send().await.unwrap();
+        (r.status().as_u16(), r.text().await.unwrap())
+    }
+
     /// The leader (node index, 0-based) of each group as node `i` sees it.
     pub async fn leaders(&self, i: usize) -> Option<Vec<Option<usize>>> {
         let status = self.status(i).await?;

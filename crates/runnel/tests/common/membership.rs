@@ -32,12 +32,30 @@ pub async fn placement(cluster: &Cluster, nodes: &[usize]) -> Vec<Vec<u64>> {
 }
 
 /// Asserts the placement the running `nodes` (indexes) report: group 0
-/// on exactly `members` (ids), every other group on `replicas` of them,
+/// voted on by five of `members` (ids) at most and learned by the rest of
+/// them, every other group on `replicas` of them,
 /// data replicas per node differing by at most one, and leaderships
 /// balanced (see [`assert_leaders_balanced`]).
 pub async fn assert_placed(cluster: &Cluster, nodes: &[usize], members: &[u64], replicas: usize) {
     let placed = placement(cluster, nodes).await;
-    assert_eq!(placed[0], members, "group 0: {placed:?}");
+    // Group 0: five voters at most, among the members; the rest learn it.
+    let mut voters = placed[0].clone();
+    voters.sort_unstable();
+    assert_eq!(voters.len(), members.len().min(5), "group 0: {placed:?}");
+    assert!(
+        voters.iter().all(|v| members.contains(v)),
+        "group 0: {placed:?}"
+    );
+    let learners: Vec<u64> = members
+        .iter()
+        .filter(|m| !voters.contains(m))
+        .copied()
+        .collect();
+    assert_eq!(
+        control_learners(cluster, nodes).await,
+        learners,
+        "group 0's learners, with voters {voters:?}"
+    );
     let mut load: BTreeMap<u64, usize> = members.iter().map(|m| (*m, 0)).collect();
     for (g, voters) in placed.iter().enumerate().skip(1) {
         assert_eq!(voters.len(), replicas, "group {g}: {placed:?}");
@@ -110,6 +128,27 @@ pub async fn assert_leaders_balanced(
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// Group 0's learners, as its leader among `nodes` reports them.
+pub async fn control_learners(cluster: &Cluster, nodes: &[usize]) -> Vec<u64> {
+    for &node in nodes {
+        let Some(status) = cluster.status(node).await else {
+            continue;
+        };
+        let zero = &status["groups"][0];
+        if zero["leader"] == status["node_id"] && zero["state"] == "Leader" {
+            let mut learners: Vec<u64> = zero["learners"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap())
+                .collect();
+            learners.sort_unstable();
+            return learners;
+        }
+    }
+    panic!("no node of {nodes:?} leads group 0");
 }
 
 /// Each group's leader, as the node that leads it reports (`None` where
