@@ -164,6 +164,14 @@ run() {
   measure "$label" any "" "${clusters[@]}"
   measure "$label" leader --to-leader "${clusters[@]}"
   measure_idle "$label"
+  # Group 0's membership at the end (five voters at most, the rest learners).
+  for targets in "${clusters[@]}"; do
+    curl -sf "${targets%%,*}/_runnel/status" | python3 -c '
+import json, sys
+zero = json.load(sys.stdin)["groups"][0]
+voters, learners = zero["voters"], zero["learners"]
+print(f"group 0 of a {sys.argv[1]}-node cluster: voters {voters} learners {learners}")' "$label"
+  done
   for pid in "${pids[@]}"; do kill -9 "$pid" 2>/dev/null || true; done
   wait 2>/dev/null || true
 }

@@ -132,7 +132,8 @@ pub struct ServeArgs {
     /// --replication-factor N` changes it. Once a cluster has formed, the
     /// flag changes nothing. Group 0 (the cluster's metadata and
     /// subscriptions) is voted on by five nodes at most and followed by
-    /// every other node as a learner [default: 3].
+    /// every other node as a learner (founders past five are made
+    /// learners a few seconds after the cluster forms) [default: 3].
     #[arg(long)]
     pub replication_factor: Option<u64>,
     /// In a cluster, how long a request that meets a leadership change

@@ -18,7 +18,9 @@ mod common;
 use std::time::Duration;
 
 use common::cluster::Cluster;
-use common::membership::{ctl_node, ctl_node_add, replace_dead_node, serve_joining};
+use common::membership::{
+    assert_placed, control_learners, ctl_node, ctl_node_add, replace_dead_node, serve_joining,
+};
 use common::writers::{assert_read_back, stop_and_check, Writers};
 
 /// Each group's voters as node `i` sees them.
@@ -307,4 +309,25 @@ async fn a_control_group_voter_becomes_a_learner_and_a_voter_again() {
     assert_eq!(report["voters"], serde_json::json!([1, 2, 3]), "{body}");
     assert_eq!(report["learners"], serde_json::json!([]), "{body}");
     stop_and_check(writers, &client, &cluster, &[0, 1, 2]).await;
+}
+
+/// A cluster formed by six founders (every one a voter of group 0 as it
+/// forms) ends with five voters there and the sixth a learner, its data
+/// groups on three nodes each and leaderships balanced.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn six_founders_leave_five_voters_in_group_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = Cluster::start(dir.path(), 6, &["--groups", "7"]).await;
+    cluster.wait_for_leaders(Duration::from_secs(20)).await;
+    let nodes: Vec<usize> = (0..6).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while control_learners(&cluster, &nodes).await.len() != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "group 0 kept its voters: {:?}",
+            voters(&cluster, 0).await[0]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_placed(&cluster, &nodes, &[1, 2, 3, 4, 5, 6], 3).await;
 }

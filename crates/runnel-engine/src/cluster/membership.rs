@@ -30,7 +30,7 @@ use super::ClusterNode;
 use crate::control::CONTROL_GROUP;
 use crate::raft::group::RaftGroup;
 use crate::raft::transfer::{follower_within, transfer, NEARLY_CAUGHT_UP};
-use crate::raft::transport::{raft_addr, Transport};
+use crate::raft::transport::{raft_addr, PeerQueries, Transport};
 use crate::raft::NodeId;
 use crate::{EngineError, GroupEngine, MaintainedGroup};
 use runnel_core::{Applied, Command};
@@ -185,28 +185,10 @@ impl ClusterNode {
         }
     }
 
-    /// This node and the members of `g` that answer a query about it
-    /// now, within [`ANSWER_WITHIN`]. (A peer's link learns that the peer
-    /// died only at its next connection attempt: a removal checked
-    /// against it could leave the group a joint membership that needs the
-    /// dead node, and no write could commit.)
+    /// This node and the members of `g` that answer now (see
+    /// [`answering`]).
     async fn answering(&self, g: &RaftGroup) -> BTreeSet<NodeId> {
-        let (voters, learners) = members(g);
-        let asks = voters
-            .into_iter()
-            .chain(learners)
-            .filter(|n| *n != self.node_id)
-            .map(|node| async move {
-                let asked = self.peers_asked.leader_view(node, g.index());
-                let answer = tokio::time::timeout(ANSWER_WITHIN, asked).await;
-                matches!(answer, Ok(Ok(_))).then_some(node)
-            });
-        futures::future::join_all(asks)
-            .await
-            .into_iter()
-            .flatten()
-            .chain(std::iter::once(self.node_id))
-            .collect()
+        answering(&*self.peers_asked, self.node_id, g).await
     }
 
     /// Moves the leadership of `g`, which this node leads, to `node`.
@@ -341,8 +323,36 @@ impl ClusterNode {
     }
 }
 
+/// Node `me` and the members of `g` that answer a query about it now,
+/// within [`ANSWER_WITHIN`]. (A peer's link learns that the peer died
+/// only at its next connection attempt: a removal checked against it
+/// could leave the group a joint membership that needs the dead node,
+/// and no write could commit.)
+pub(super) async fn answering(
+    peers: &dyn PeerQueries,
+    me: NodeId,
+    g: &RaftGroup,
+) -> BTreeSet<NodeId> {
+    let (voters, learners) = members(g);
+    let asks = voters
+        .into_iter()
+        .chain(learners)
+        .filter(|n| *n != me)
+        .map(|node| async move {
+            let asked = peers.leader_view(node, g.index());
+            let answer = tokio::time::timeout(ANSWER_WITHIN, asked).await;
+            matches!(answer, Ok(Ok(_))).then_some(node)
+        });
+    futures::future::join_all(asks)
+        .await
+        .into_iter()
+        .flatten()
+        .chain(std::iter::once(me))
+        .collect()
+}
+
 /// The group's voters and learners as this node knows them.
-fn members(group: &RaftGroup) -> (BTreeSet<NodeId>, BTreeSet<NodeId>) {
+pub(super) fn members(group: &RaftGroup) -> (BTreeSet<NodeId>, BTreeSet<NodeId>) {
     let metrics = group.raft().metrics();
     let metrics = metrics.borrow();
     let membership = metrics.membership_config.membership();
@@ -443,7 +453,7 @@ async fn add_learner_caught_up(
 
 /// Turns `group`'s voter `node` into a learner, if the other voters keep
 /// a quorum; answers false if it was no voter.
-async fn demote(
+pub(super) async fn demote(
     group: &RaftGroup,
     node: NodeId,
     reachable: &BTreeSet<NodeId>,

@@ -51,6 +51,7 @@ use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Ro
 use hosting::Hosting;
 use identity::Identity;
 
+mod control_voters;
 mod formation;
 pub mod hosting;
 pub mod identity;
@@ -367,7 +368,7 @@ impl ClusterNode {
             config.replication,
         );
         // Every founder votes in group 0 (a group forms with voters only);
-        // past five, `runnel ctl node rebalance` makes the others learners.
+        // past five, its leader makes the others learners (`control_voters`).
         let learners = placement::control_learners(&placement, &ids);
         placement.groups[control::CONTROL_GROUP].extend(learners);
         tasks.push(tokio::spawn(leaders::record_initial(
@@ -407,6 +408,11 @@ impl ClusterNode {
             groups.clone(),
             config.node_id,
             Arc::clone(&hosting),
+        )));
+        tasks.push(tokio::spawn(control_voters::trim(
+            Arc::clone(&groups[control::CONTROL_GROUP]),
+            config.node_id,
+            Arc::clone(&peers_asked),
         )));
         let control_group = Arc::clone(&groups[control::CONTROL_GROUP]);
         tasks.push(tokio::spawn(rebalance::rebalance(

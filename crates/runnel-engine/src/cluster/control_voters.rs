@@ -1,0 +1,92 @@
+//! Group 0's voters kept to [`CONTROL_VOTERS`]: a group forms with voters
+//! only, so a cluster formed with more founders than that starts with
+//! every founder voting in group 0. Its leader then demotes the extra
+//! voters to learners, one at a time, each once every remaining voter's
+//! quorum answers: metadata writes come to wait for three of five nodes
+//! whatever the founders' number. (`runnel ctl node` keeps the number
+//! from then on: see `placement::cluster_target`.)
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::membership::{answering, demote, members};
+use crate::placement::CONTROL_VOTERS;
+use crate::raft::group::RaftGroup;
+use crate::raft::transport::PeerQueries;
+use crate::raft::NodeId;
+
+/// How often group 0's leader looks at its voters.
+const CHECK_EVERY: Duration = Duration::from_secs(2);
+
+/// Runs on every node until aborted (see the module docs).
+pub(super) async fn trim(control: Arc<RaftGroup>, me: NodeId, peers: Arc<dyn PeerQueries>) {
+    loop {
+        tokio::time::sleep(CHECK_EVERY).await;
+        if control.leader() != Some(me) || changing(&control) {
+            continue;
+        }
+        let (voters, _) = members(&control);
+        if voters.len() <= CONTROL_VOTERS {
+            continue;
+        }
+        let up = answering(&*peers, me, &control).await;
+        let listed: Vec<NodeId> = voters.iter().copied().collect();
+        let preferred = super::leaders::preferred_leader(&control, 0, &listed);
+        let kept = [Some(me), preferred];
+        let Some(extra) = extra_voter(&voters, &up, &kept) else {
+            continue;
+        };
+        match demote(&control, extra, &up).await {
+            Ok(_) => tracing::info!(
+                node = extra,
+                "group 0 has more than {CONTROL_VOTERS} voters: node {extra} now follows it as \
+                 a learner"
+            ),
+            Err(err) => tracing::debug!(node = extra, error = %err, "not demoted yet"),
+        }
+    }
+}
+
+/// Whether the group's membership is joint (a change under way).
+fn changing(group: &RaftGroup) -> bool {
+    let metrics = group.raft().metrics();
+    let metrics = metrics.borrow();
+    metrics
+        .membership_config
+        .membership()
+        .get_joint_config()
+        .len()
+        > 1
+}
+
+/// The voter to demote first: one that does not answer (the group then
+/// keeps the voters it can count on), else the highest id; never one of
+/// `kept` (the leader, and the node group 0 prefers as its leader).
+fn extra_voter(
+    voters: &BTreeSet<NodeId>,
+    up: &BTreeSet<NodeId>,
+    kept: &[Option<NodeId>],
+) -> Option<NodeId> {
+    let others = voters.iter().rev().filter(|v| !kept.contains(&Some(**v)));
+    let silent = others.clone().find(|v| !up.contains(v));
+    silent.or_else(|| others.clone().next()).copied()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_silent_voter_goes_first_then_the_highest_id_never_the_leader_or_the_preferred() {
+        let voters: BTreeSet<NodeId> = (1..=7).collect();
+        let all: BTreeSet<NodeId> = (1..=7).collect();
+        assert_eq!(extra_voter(&voters, &all, &[Some(1), None]), Some(7));
+        assert_eq!(extra_voter(&voters, &all, &[Some(7), Some(1)]), Some(6));
+        assert_eq!(extra_voter(&voters, &all, &[Some(1), Some(7)]), Some(6));
+        let without_3: BTreeSet<NodeId> = all.iter().copied().filter(|n| *n != 3).collect();
+        assert_eq!(extra_voter(&voters, &without_3, &[Some(7), None]), Some(3));
+        let one = BTreeSet::from([4]);
+        assert_eq!(extra_voter(&one, &all, &[Some(4), Some(4)]), None);
+    }
+}
