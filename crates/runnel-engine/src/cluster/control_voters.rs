@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::membership::{answering, demote, members};
+use super::membership::{answering, leave, members, Leaving};
 use crate::placement::CONTROL_VOTERS;
 use crate::raft::group::RaftGroup;
 use crate::raft::transport::PeerQueries;
@@ -23,7 +23,7 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 pub(super) async fn trim(control: Arc<RaftGroup>, me: NodeId, peers: Arc<dyn PeerQueries>) {
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
-        if control.leader() != Some(me) || changing(&control) {
+        if control.leader() != Some(me) || control.changing_membership() {
             continue;
         }
         let (voters, _) = members(&control);
@@ -37,7 +37,7 @@ pub(super) async fn trim(control: Arc<RaftGroup>, me: NodeId, peers: Arc<dyn Pee
         let Some(extra) = extra_voter(&voters, &up, &kept) else {
             continue;
         };
-        match demote(&control, extra, &up).await {
+        match leave(&control, extra, &up, Leaving::VotesOnly).await {
             Ok(_) => tracing::info!(
                 node = extra,
                 "group 0 has more than {CONTROL_VOTERS} voters: node {extra} now follows it as \
@@ -46,18 +46,6 @@ pub(super) async fn trim(control: Arc<RaftGroup>, me: NodeId, peers: Arc<dyn Pee
             Err(err) => tracing::debug!(node = extra, error = %err, "not demoted yet"),
         }
     }
-}
-
-/// Whether the group's membership is joint (a change under way).
-fn changing(group: &RaftGroup) -> bool {
-    let metrics = group.raft().metrics();
-    let metrics = metrics.borrow();
-    metrics
-        .membership_config
-        .membership()
-        .get_joint_config()
-        .len()
-        > 1
 }
 
 /// The voter to demote first: one that does not answer (the group then

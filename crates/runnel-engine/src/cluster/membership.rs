@@ -116,7 +116,7 @@ impl ClusterNode {
             MemberChange::Remove { node } => {
                 let reachable = self.answering(g).await;
                 self.hand_over_before_leaving(g, node, &reachable).await?;
-                remove(g, node, &reachable).await?
+                leave(g, node, &reachable, Leaving::Group).await?
             }
             MemberChange::Learn { node, http_addr } => {
                 only_through_control(group, "a learner is added")?;
@@ -126,7 +126,7 @@ impl ClusterNode {
                 only_through_control(group, "a voter is made a learner")?;
                 let reachable = self.answering(g).await;
                 self.hand_over_before_leaving(g, node, &reachable).await?;
-                demote(g, node, &reachable).await?
+                leave(g, node, &reachable, Leaving::VotesOnly).await?
             }
             MemberChange::Lead { node } => self.lead(g, node).await?,
             MemberChange::LeadAway { node } if node == self.node_id => {
@@ -451,28 +451,6 @@ async fn add_learner_caught_up(
     }
 }
 
-/// Turns `group`'s voter `node` into a learner, if the other voters keep
-/// a quorum; answers false if it was no voter.
-pub(super) async fn demote(
-    group: &RaftGroup,
-    node: NodeId,
-    reachable: &BTreeSet<NodeId>,
-) -> Result<bool, EngineError> {
-    let (voters, _) = members(group);
-    if !voters.contains(&node) {
-        return Ok(false);
-    }
-    check_removal(group, node, reachable)?;
-    let change = ChangeMembers::RemoveVoters(BTreeSet::from([node]));
-    // `retain`: a voter removed stays a learner.
-    group
-        .raft()
-        .change_membership(change, true)
-        .await
-        .map_err(raft_refusal)?;
-    Ok(true)
-}
-
 /// Refuses a change of cluster state sent to a data group.
 fn only_through_control(group: u32, what: &str) -> Result<(), EngineError> {
     match group as usize == CONTROL_GROUP {
@@ -510,13 +488,27 @@ fn check_removal(
     Ok(())
 }
 
-async fn remove(
+/// How a node leaves a group's voters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Leaving {
+    /// It leaves the group (a learner too).
+    Group,
+    /// It stays a learner (the control group's voters past five).
+    VotesOnly,
+}
+
+/// Takes `node` out of `group`'s voters (and, `Leaving::Group`, out of
+/// the group), if the remaining voters keep a quorum among `reachable`;
+/// answers false if there was nothing to take it out of.
+pub(super) async fn leave(
     group: &RaftGroup,
     node: NodeId,
     reachable: &BTreeSet<NodeId>,
+    leaving: Leaving,
 ) -> Result<bool, EngineError> {
     let (voters, learners) = members(group);
-    if !voters.contains(&node) && !learners.contains(&node) {
+    let learner_stays = leaving == Leaving::VotesOnly;
+    if !voters.contains(&node) && (learner_stays || !learners.contains(&node)) {
         return Ok(false);
     }
     check_removal(group, node, reachable)?;
@@ -525,9 +517,10 @@ async fn remove(
     } else {
         ChangeMembers::RemoveNodes(BTreeSet::from([node]))
     };
+    // `retain`: a voter taken out stays a learner.
     group
         .raft()
-        .change_membership(change, false)
+        .change_membership(change, learner_stays)
         .await
         .map_err(raft_refusal)?;
     Ok(true)

@@ -201,6 +201,14 @@ impl RaftGroup {
         super::transport::http_addr(&member.addr).ok()
     }
 
+    /// Whether the group's membership is joint as this node knows it: a
+    /// change of voters under way.
+    pub fn changing_membership(&self) -> bool {
+        let metrics = self.raft.get().metrics();
+        let metrics = metrics.borrow();
+        is_joint(metrics.membership_config.membership())
+    }
+
     pub fn status(&self) -> GroupStatus {
         // openraft publishes the applied index just after the state machine
         // applied: while entries apply the digest may be a little ahead.
@@ -240,12 +248,7 @@ impl RaftGroup {
                 .membership()
                 .learner_ids()
                 .collect(),
-            changing: metrics
-                .membership_config
-                .membership()
-                .get_joint_config()
-                .len()
-                > 1,
+            changing: is_joint(metrics.membership_config.membership()),
             preferred_leader: None,
         }
     }
@@ -371,4 +374,9 @@ impl GroupEngine for RaftGroup {
     }
 
     delegate_reads_to_view!();
+}
+
+/// Whether `membership` is joint (old and new voters together).
+pub(crate) fn is_joint(membership: &openraft::Membership<NodeId, openraft::BasicNode>) -> bool {
+    membership.get_joint_config().len() > 1
 }

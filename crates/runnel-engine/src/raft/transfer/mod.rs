@@ -85,7 +85,7 @@ pub(crate) async fn transfer(
             return Err(format!("node {me} does not lead group {index}"));
         }
         let membership = metrics.membership_config.membership();
-        if membership.get_joint_config().len() > 1 {
+        if super::group::is_joint(membership) {
             return Err(format!("group {index} is changing its membership"));
         }
         let voters = membership.voter_ids().collect();
