@@ -37,6 +37,13 @@ pub(crate) async fn rebalance(
     let mut caught_up = vec![0u32; groups.len()];
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
+        // Once per round, not per group.
+        let reachable: BTreeSet<NodeId> = transport
+            .peer_metrics()
+            .into_iter()
+            .filter(|p| p.reachable)
+            .map(|p| p.node)
+            .collect();
         for (g, group) in groups.iter().enumerate() {
             let nodes: Vec<NodeId> = {
                 let metrics = group.raft().metrics();
@@ -46,12 +53,6 @@ pub(crate) async fn rebalance(
             let Some(preferred) = prefers(g as u32, &nodes) else {
                 continue;
             };
-            let reachable: BTreeSet<NodeId> = transport
-                .peer_metrics()
-                .into_iter()
-                .filter(|p| p.reachable)
-                .map(|p| p.node)
-                .collect();
             if preferred == me
                 || group.leader() != Some(me)
                 || !reachable.contains(&preferred)
