@@ -24,7 +24,7 @@ scripts/install-test-deps.sh
 stage "cargo fmt --check"
 cargo fmt --all -- --check
 stage "cargo clippy"
-cargo clippy --release --all-targets --locked -- -D warnings
+cargo clippy --release --workspace --all-targets --locked -- -D warnings
 stage "cargo test"
 cargo test --release --workspace --locked
 # cargo test built the release binary for the end-to-end tests; reuse it.

@@ -5,7 +5,7 @@
 //! | module | owns |
 //! |---|---|
 //! | [`record`] | the self-describing bytes every test append carries, and parsing a stream back into them |
-//! | [`check`] | a recorded history of appends and reads (invocation and completion times, answers) and the checker over it |
+//! | [`check`] | a recorded history of appends and reads (invocation and completion times, answers) and the checker over it: content rules, then a decision of each stream's linearizability against an append-only log |
 
 pub mod check;
 pub mod record;

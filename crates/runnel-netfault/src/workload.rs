@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use reqwest::{Client, StatusCode};
-use runnel_history::check::{AppendOp, History, Micros, ReadOp};
+use runnel_history::check::{AppendOp, History, Micros, ReadKind, ReadOp};
 use runnel_history::record::payload;
 
 /// Any request gives up after this long (a partitioned node never answers).
@@ -320,6 +320,11 @@ impl Workload {
         Some(ReadOp {
             stream: stream.to_string(),
             reader,
+            kind: if long_poll {
+                ReadKind::LongPoll
+            } else {
+                ReadKind::CatchUp
+            },
             invoked,
             completed: self.recorder.now(),
             start: from.unwrap_or(0),

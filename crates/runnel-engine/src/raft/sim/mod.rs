@@ -55,7 +55,7 @@ use std::time::Duration;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use runnel_core::{AppendToStream, Applied, Body, Command, CreateStream, Producer, ReadFrom};
-use runnel_history::check::{AppendOp, History, Micros, ReadOp};
+use runnel_history::check::{AppendOp, History, Micros, ReadKind, ReadOp};
 use runnel_history::record::payload;
 
 use self::net::{SimNet, SimTransport};
@@ -394,6 +394,7 @@ async fn reader(
         recorder.history.lock().unwrap().reads.push(ReadOp {
             stream: name.clone(),
             reader: 100 + stream as u32,
+            kind: ReadKind::CatchUp,
             invoked,
             completed: recorder.now(),
             start: read.plan.start.0,

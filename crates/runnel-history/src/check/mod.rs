@@ -1,26 +1,68 @@
 //! A history of appends and reads against a streams server, and the
 //! checker that judges it against each stream's final contents.
 //!
-//! Operations carry their invocation and completion times on one clock
-//! (microseconds from any origin). An append is one logical operation:
-//! an idempotent writer's retries of the same sequence number are the same
-//! append, invoked when its first attempt was sent. An append without a
-//! success answer is in doubt: it may be there, at most once.
+//! | module | owns |
+//! |---|---|
+//! | this one | the recorded operations ([`AppendOp`], [`ReadOp`], [`History`]), the [`Report`], and the content rules (what the final contents and each read hold) |
+//! | `linear` | deciding whether each stream's history is linearizable against an append-only log, and naming the operations that show it is not |
 //!
-//! The rules, for every stream:
+//! # The history
+//!
+//! Operations carry their invocation and completion times on one clock
+//! (whole microseconds from any origin). An append is one logical
+//! operation: an idempotent writer's retries of the same sequence number
+//! are the same append, invoked when its first attempt was sent. An append
+//! without a success answer is in doubt: it may be there, at most once.
+//! Only reads answered with success are recorded.
+//!
+//! Reads come from catch-up GETs, long-polls and SSE sessions
+//! ([`ReadKind`], used only in messages). A catch-up GET or a long-poll
+//! is one read from its request to its answer. An SSE session is a
+//! sequence of reads, one per delivered event (the data event, then the
+//! control event that gives its next offset and whether it reached the
+//! tail): the read is invoked when the session's previous event was
+//! received (or, for the first, when the session was opened) and
+//! completes when this event is received. Its `start` is the previous
+//! event's next offset (or the offset the session was opened at), its
+//! `bytes` the event's data and `next`/`up_to_date` its control event.
+//!
+//! # The rules
+//!
+//! For every stream (streams are independent: linearizability is local):
 //! - the final contents parse into whole appends, each sent to that stream,
 //!   none twice;
 //! - every acknowledged append is there, at the offset it was given;
-//! - an append acknowledged before another was invoked comes before it;
 //! - every read returned exactly the final contents over the range it
-//!   covered (so a read from the start is a prefix of the final stream,
-//!   and no read saw a write that was later lost);
-//! - a read that reached the tail holds every append acknowledged before
-//!   the read was invoked (reads are linearizable);
-//! - the tail one reader saw never moves back (its successive reads that
-//!   reached the tail never end at an earlier offset).
+//!   covered, and its next offset is where its bytes end (so no read saw a
+//!   write that was later lost);
+//! - no operation completed before it was invoked;
+//! - the history is linearizable against an append-only log: each
+//!   operation takes effect at one instant between its invocation and its
+//!   completion, the appends that happened in their order in the final
+//!   contents, each read returning the log over its range at its instant
+//!   (a read that reached the tail saw exactly the log's length then; one
+//!   that did not saw at least its next offset). In-doubt appends take
+//!   effect at most once, if they are in the final contents. `linear`
+//!   decides this exactly and names the two operations that contradict
+//!   each other, classified as a stale read (across readers or against an
+//!   acknowledgement), a reader going backwards, appends out of real-time
+//!   order, a read of an append before it was invoked, or a read that
+//!   reached the tail inside an append.
+//!
+//! The content rules run first, as fast filters with precise messages: a
+//! read that breaks one is left out of the timing model, and so are
+//! appends that are not in the final contents.
+//!
+//! Times are whole microseconds, so two operations stamped with the same
+//! microsecond cannot be ordered: one precedes another only if it
+//! completed strictly before the other was invoked, and equal stamps are
+//! concurrent (a read invoked in the microsecond an append was
+//! acknowledged may miss it).
 
-use std::collections::{BTreeMap, HashMap};
+mod linear;
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fmt;
 
 use crate::record::{parse_prefix, Placed};
 
@@ -42,8 +84,30 @@ pub struct AppendOp {
     pub end: Option<u64>,
 }
 
+/// How a read was made; only used to word messages.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ReadKind {
+    /// A plain GET, answered at once.
+    #[default]
+    CatchUp,
+    /// A GET that waits at the tail for new data (`live=long-poll`).
+    LongPoll,
+    /// One event of an SSE session (see the module docs).
+    Sse,
+}
+
+impl fmt::Display for ReadKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ReadKind::CatchUp => "catch-up read",
+            ReadKind::LongPoll => "long-poll",
+            ReadKind::Sse => "SSE event",
+        })
+    }
+}
+
 /// One read that was answered with success.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, Default)]
 pub struct ReadOp {
     pub stream: String,
     /// Reads of one reader are sequential, in invocation order.
@@ -57,6 +121,8 @@ pub struct ReadOp {
     pub next: u64,
     /// The answer said it reached the tail (`Stream-Up-To-Date: true`).
     pub up_to_date: bool,
+    /// How it was made (messages only).
+    pub kind: ReadKind,
 }
 
 /// Everything recorded in one run.
@@ -76,8 +142,14 @@ pub struct Report {
     pub in_doubt_landed: usize,
     pub in_doubt_missing: usize,
     pub reads: usize,
-    /// Reads that reached the tail, held to the linearizability rule.
+    /// Reads that reached the tail.
     pub tail_reads: usize,
+    /// Appends placed on the timeline by the linearizability decision
+    /// (every append in the final contents).
+    pub linearized_appends: usize,
+    /// Reads held to the linearizability decision (those that passed the
+    /// content rules).
+    pub linearized_reads: usize,
 }
 
 impl Report {
@@ -87,13 +159,15 @@ impl Report {
 
     pub fn summary(&self) -> String {
         format!(
-            "{} acknowledged appends, {} in doubt ({} landed, {} missing), {} reads ({} at the tail), {} anomalies",
+            "{} acknowledged appends, {} in doubt ({} landed, {} missing), {} reads ({} at the tail), linearizability decided over {} appends and {} reads, {} anomalies",
             self.acked,
             self.in_doubt_landed + self.in_doubt_missing,
             self.in_doubt_landed,
             self.in_doubt_missing,
             self.reads,
             self.tail_reads,
+            self.linearized_appends,
+            self.linearized_reads,
             self.anomalies.len()
         )
     }
@@ -199,6 +273,18 @@ fn check_stream(
     }
 
     for a in appends {
+        if a.acked.is_some_and(|acked| acked < a.invoked) {
+            findings.add(
+                "operation times",
+                format!(
+                    "writer {} seq {} was acknowledged at {} us, before it was invoked ({} us)",
+                    a.writer,
+                    a.seq,
+                    a.acked.unwrap_or_default(),
+                    a.invoked
+                ),
+            );
+        }
         let here = at.get(&(a.writer, a.seq));
         match (a.acked, here) {
             (Some(_), None) => findings.add(
@@ -227,128 +313,90 @@ fn check_stream(
         }
     }
 
-    check_real_time_order(&placed, &sent, findings);
-    check_reads(bytes, &placed, &sent, reads, findings, report);
+    // The log's appends, in order: the first copy of each sent append
+    // carries its operation; a foreign or repeated one (already reported)
+    // still takes room in the log, with no times of its own.
+    let mut first_copy = HashSet::new();
+    let entries: Vec<linear::Entry> = placed
+        .iter()
+        .map(|p| linear::Entry {
+            placed: *p,
+            op: first_copy
+                .insert((p.writer, p.seq))
+                .then(|| sent.get(&(p.writer, p.seq)).copied())
+                .flatten(),
+        })
+        .collect();
+    let reads = check_read_contents(bytes, reads, findings, report);
+    linear::decide(&entries, &reads, findings, report);
 }
 
 fn end_note(end: Option<u64>) -> String {
     end.map(|e| format!(" ending at {e}")).unwrap_or_default()
 }
 
-/// An append acknowledged before another was invoked comes before it:
-/// walking the stream in order, no acknowledged append may come after an
-/// append that was invoked later than its acknowledgement.
-fn check_real_time_order(
-    placed: &[Placed],
-    sent: &HashMap<(u32, u64), &AppendOp>,
-    findings: &mut Findings,
-) {
-    let mut latest_invoked: Option<&AppendOp> = None;
-    for p in placed {
-        let Some(a) = sent.get(&(p.writer, p.seq)) else {
-            continue;
-        };
-        if let (Some(acked), Some(earlier)) = (a.acked, latest_invoked) {
-            if acked < earlier.invoked {
-                findings.add(
-                    "real-time order",
-                    format!(
-                        "writer {} seq {} was acknowledged at {acked} us, before writer {} seq {} was invoked ({} us), yet comes after it",
-                        a.writer, a.seq, earlier.writer, earlier.seq, earlier.invoked
-                    ),
-                );
-            }
-        }
-        if latest_invoked.is_none_or(|l| a.invoked > l.invoked) {
-            latest_invoked = Some(a);
-        }
-    }
-}
-
-fn check_reads(
+/// The content rules for reads: each returned exactly the final contents
+/// over its range, its next offset is where its bytes end, and it did not
+/// complete before it was invoked. Returns the reads that keep all three,
+/// in invocation order, for the timing model.
+fn check_read_contents<'a>(
     bytes: &[u8],
-    placed: &[Placed],
-    sent: &HashMap<(u32, u64), &AppendOp>,
-    reads: &[&ReadOp],
+    reads: &[&'a ReadOp],
     findings: &mut Findings,
     report: &mut Report,
-) {
-    // Acknowledged appends by acknowledgement time, with the running
-    // maximum of where they end in the final stream.
-    let mut acked: Vec<(Micros, u64, u32, u64)> = placed
-        .iter()
-        .filter_map(|p| {
-            let a = sent.get(&(p.writer, p.seq))?;
-            Some((a.acked?, p.end, p.writer, p.seq))
-        })
-        .collect();
-    acked.sort_unstable();
-    let mut furthest: Vec<(u64, u32, u64)> = Vec::with_capacity(acked.len());
-    for &(_, end, writer, seq) in &acked {
-        let best = match furthest.last() {
-            Some(&last) if last.0 >= end => last,
-            _ => (end, writer, seq),
-        };
-        furthest.push(best);
-    }
-
-    let mut last_by_reader: HashMap<u32, &ReadOp> = HashMap::new();
+) -> Vec<&'a ReadOp> {
     let mut by_invocation: Vec<&ReadOp> = reads.to_vec();
     by_invocation.sort_by_key(|r| r.invoked);
+    let mut kept = Vec::with_capacity(by_invocation.len());
     for r in by_invocation {
         report.reads += 1;
+        if r.up_to_date {
+            report.tail_reads += 1;
+        }
         let len = r.bytes.len() as u64;
+        let mut good = true;
         if r.next != r.start + len {
+            good = false;
             findings.add(
                 "read framing",
                 format!(
-                    "reader {} read {len} bytes from {} but was told the next offset is {}",
-                    r.reader, r.start, r.next
+                    "reader {} ({}) read {len} bytes from {} but was told the next offset is {}",
+                    r.reader, r.kind, r.start, r.next
                 ),
             );
         }
         let range = usize::try_from(r.start)
             .ok()
-            .and_then(|s| bytes.get(s..s + r.bytes.len()));
+            .and_then(|s| bytes.get(s..s.checked_add(r.bytes.len())?));
         if range != Some(&r.bytes[..]) {
+            good = false;
             findings.add(
                 "read not in the final stream",
                 format!(
-                    "reader {} read {len} bytes from {} (invoked at {} us) that the final stream ({} bytes) does not hold there",
+                    "reader {} ({}) read {len} bytes from {} (invoked at {} us) that the final stream ({} bytes) does not hold there",
                     r.reader,
+                    r.kind,
                     r.start,
                     r.invoked,
                     bytes.len()
                 ),
             );
         }
-        if r.up_to_date {
-            report.tail_reads += 1;
-            let before = acked.partition_point(|&(t, ..)| t < r.invoked);
-            if let Some(&(end, writer, seq)) = before.checked_sub(1).map(|i| &furthest[i]) {
-                if r.next < end {
-                    findings.add(
-                        "stale read",
-                        format!(
-                            "reader {} reached the tail at {} (invoked at {} us), but writer {writer} seq {seq}, acknowledged before, ends at {end}",
-                            r.reader, r.next, r.invoked
-                        ),
-                    );
-                }
-            }
-            if let Some(previous) = last_by_reader.insert(r.reader, r) {
-                if r.next < previous.next {
-                    findings.add(
-                        "reader went backwards",
-                        format!(
-                            "reader {} saw the tail at {} and then at {}",
-                            r.reader, previous.next, r.next
-                        ),
-                    );
-                }
-            }
+        if r.completed < r.invoked {
+            good = false;
+            findings.add(
+                "operation times",
+                format!(
+                    "reader {} ({}) completed at {} us, before it was invoked ({} us)",
+                    r.reader, r.kind, r.completed, r.invoked
+                ),
+            );
+        }
+        if good {
+            kept.push(r);
         }
     }
+    kept
 }
 
 #[cfg(test)]
