@@ -15,9 +15,9 @@
 #   SEEDS="1 2 3" DURATION=30 scripts/partitions.sh target/release/runnel
 #   SEEDS="$(seq 1 20)" DURATION=120 scripts/partitions.sh target/release/runnel  # a longer run
 #
-# The broken build that serves reads without the read barrier must fail:
-#   cargo build --release -p runnel --features unsafe-stale-reads --target-dir target/broken-stale-reads
-#   scripts/partitions.sh target/broken-stale-reads/release/runnel   # exits 1, "stale read"
+# A server that serves reads without the read barrier must fail (the
+# test-only runnel-faulty, built beside runnel by cargo test --workspace):
+#   RUNNEL_UNSAFE_STALE_READS=1 scripts/partitions.sh target/release/runnel-faulty   # exits 1, "stale read"
 #
 # Environment: SEEDS (default "1 2 3"), DURATION (seconds of faults per
 # seed, default 30), NETFAULT_BIN (a built runnel-netfault; default: cargo

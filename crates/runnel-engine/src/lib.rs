@@ -22,6 +22,7 @@ pub mod cluster;
 pub mod control;
 pub(crate) mod copy_forward;
 pub mod history;
+pub mod hooks;
 pub mod local;
 pub mod metrics;
 pub mod node;

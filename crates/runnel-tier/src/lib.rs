@@ -6,8 +6,7 @@
 //! boundaries: the engine decides what to tier and when, and commits the
 //! references through its groups' logs.
 //!
-//! [`fault`] is a fault-injecting store for tests; [`failpoint`] lets a
-//! crash test kill the process at a chosen step of an upload.
+//! [`fault`] is a fault-injecting store for tests.
 
 pub mod cache;
 pub mod chunk;
@@ -47,21 +46,6 @@ impl TierError {
         match self {
             TierError::Corrupt(what) => TierError::Corrupt(format!("{path}: {what}")),
             other => other,
-        }
-    }
-}
-
-/// Crash-test hook: when the environment variable `RUNNEL_FAILPOINT`
-/// names this point, the process kills itself with SIGKILL here. Read
-/// once; unset (the normal case) it costs one atomic load.
-pub fn failpoint(point: &str) {
-    static CHOSEN: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
-    let chosen = CHOSEN.get_or_init(|| std::env::var("RUNNEL_FAILPOINT").ok());
-    if chosen.as_deref() == Some(point) {
-        eprintln!("runnel: failpoint {point} reached; killing the process");
-        // SAFETY: kill(2) on our own pid; SIGKILL cannot be handled.
-        unsafe {
-            libc::kill(libc::getpid(), libc::SIGKILL);
         }
     }
 }

@@ -24,6 +24,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::hooks::failpoint;
 use bytes::Bytes;
 use futures::StreamExt;
 use rand::Rng;
@@ -31,7 +32,7 @@ use runnel_core::{
     Applied, ColdChunk, Command, CoreError, Entry, SnapshotWork, TierPolicy, TierWork,
 };
 use runnel_log::Log;
-use runnel_tier::{failpoint, ChunkBuilder, ObjectId, ObjectKind, TierError, Writer};
+use runnel_tier::{ChunkBuilder, ObjectId, ObjectKind, TierError, Writer};
 
 use super::Tiering;
 use crate::{now_ms, EngineError, MaintainedGroup};

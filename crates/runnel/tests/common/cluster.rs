@@ -140,7 +140,7 @@ impl Cluster {
                 self.own_peers[i].clone().unwrap_or(self.peers.clone()),
             ],
         };
-        let mut command = Command::new(env!("CARGO_BIN_EXE_runnel"));
+        let mut command = Command::new(super::server_binary(&self.env[i]));
         command
             .arg("serve")
             .arg("--node-id")

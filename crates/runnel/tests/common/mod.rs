@@ -17,6 +17,29 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
+/// The server binary to run with `env`: `runnel` itself, or, when `env`
+/// arms a fault hook (`RUNNEL_FAILPOINT`, `RUNNEL_UNSAFE_STALE_READS`), the
+/// test-only `runnel-faulty` (crates/runnel-faulty), the same server with
+/// its hooks armed: the shipped binary cannot arm them. `cargo test
+/// --workspace` builds it beside `runnel`.
+pub fn server_binary<K: AsRef<str>, V>(env: &[(K, V)]) -> std::path::PathBuf {
+    let runnel = std::path::PathBuf::from(env!("CARGO_BIN_EXE_runnel"));
+    let armed = env
+        .iter()
+        .any(|(k, _)| matches!(k.as_ref(), "RUNNEL_FAILPOINT" | "RUNNEL_UNSAFE_STALE_READS"));
+    if !armed {
+        return runnel;
+    }
+    let faulty = runnel.with_file_name("runnel-faulty");
+    assert!(
+        faulty.exists(),
+        "{} is missing: test the workspace (cargo test --workspace) or build it \
+         (cargo build -p runnel-faulty)",
+        faulty.display()
+    );
+    faulty
+}
+
 /// Where loopback ports for test servers are handed out: below the kernel's
 /// ephemeral range (32768 and up here), so that no client socket's source
 /// port can take a port before its server binds it.
@@ -142,7 +165,7 @@ impl Server {
             Some(path) => Stdio::from(std::fs::File::create(path).expect("log file")),
             None => Stdio::inherit(),
         };
-        let child = Command::new(env!("CARGO_BIN_EXE_runnel"))
+        let child = Command::new(server_binary(env))
             .arg("serve")
             .arg("--listen")
             .arg(format!("127.0.0.1:{port}"))
