@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs the Durable Streams conformance suite (npm package pinned in
-# conformance/package-lock.json) against a release build of runnel on
+# js-tests/package-lock.json) against a release build of runnel on
 # durable storage.
 #
 # Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [--tls] [--h2] [--saturate] [-- SERVE FLAGS...]
+#
+# It passes only with exactly 338 tests passed and none failed, skipped or
+# marked todo (vitest's own exit code is 0 with skipped tests).
 #
 # With --tls the suite (its TypeScript client included) speaks HTTPS to a
 # server with throwaway certificates (scripts/test-ca.sh); a cluster then
@@ -29,6 +32,9 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/target/release/runnel
+# The suite's size (@durable-streams/server-conformance-tests 0.3.6 with
+# the subscription tests): a run must pass every one of them, no fewer.
+EXPECTED_TESTS=${EXPECTED_TESTS:-338}
 cluster=0
 tls=0
 h2=0
@@ -47,7 +53,8 @@ while [ $# -gt 0 ]; do
 done
 [ -x "$bin" ] || { echo "conformance: no runnel binary at $bin (cargo build --release)" >&2; exit 1; }
 
-(cd "$root/conformance" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+[ -d "$root/js-tests/node_modules/@durable-streams/server-conformance-tests" ] ||
+  { echo "conformance: the suite is not installed (scripts/install-test-deps.sh)" >&2; exit 1; }
 
 data=$(mktemp -d)
 pids=()
@@ -166,9 +173,21 @@ PY
   pids+=($!)
 fi
 
-cd "$root/conformance"
+cd "$root/js-tests"
 CONFORMANCE_SUBSCRIPTIONS=1 CONFORMANCE_HTTP2=$h2 CONFORMANCE_TEST_URL="$scheme://127.0.0.1:$target" \
-  npx vitest run conformance.test.mjs --reporter=dot
+  npx vitest run conformance.test.mjs --reporter=dot --reporter=json --outputFile.json="$data/results.json"
+# vitest exits 0 with tests skipped or marked todo: the counts decide.
+python3 - "$data/results.json" "$EXPECTED_TESTS" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+expected = int(sys.argv[2])
+counts = {k: r[k] for k in ("numPassedTests", "numFailedTests", "numPendingTests", "numTodoTests", "numTotalTests")}
+print(f"conformance: {counts['numPassedTests']} passed, {counts['numFailedTests']} failed, "
+      f"{counts['numPendingTests']} skipped, {counts['numTodoTests']} todo, of {counts['numTotalTests']}")
+if (counts["numPassedTests"], counts["numTotalTests"]) != (expected, expected) or any(
+        counts[k] for k in ("numFailedTests", "numPendingTests", "numTodoTests")):
+    sys.exit(f"conformance: expected exactly {expected} passed, 0 failed, 0 skipped, 0 todo")
+PY
 if [ "$h2" = 1 ]; then
   connections=$(curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/metrics" |
     sed -n 's/^runnel_connections_total{protocol="h2_tls"} //p')

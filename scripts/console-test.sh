@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Drives the web console in headless Chromium (console/console.test.mjs,
-# puppeteer-core pinned in console/package-lock.json) against a release
+# Drives the web console in headless Chromium (js-tests/console.test.mjs,
+# puppeteer-core pinned in js-tests/package-lock.json) against a release
 # build of runnel; screenshots go to target/console-screenshots/.
 #
 # Usage: scripts/console-test.sh [path/to/runnel]
@@ -38,7 +38,7 @@ for p in "$port" "$auth_port"; do
     sleep 0.1
   done
 done
-cd "$root/console"
+cd "$root/js-tests"
 CONSOLE_TEST_URL="http://127.0.0.1:$port" CONSOLE_AUTH_URL="http://127.0.0.1:$auth_port" \
   CONSOLE_AUTH_TOKEN="$token" SCREENSHOT_DIR="$shots" node console.test.mjs
 echo "console: screenshots in $shots"

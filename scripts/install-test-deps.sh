@@ -2,11 +2,11 @@
 # Installs what the tests need beyond the Rust toolchain, pinned:
 # - moto's S3-compatible server (scripts/requirements-test.txt) in a
 #   virtualenv at target/test-venv, for the tiering tests;
-# - the conformance suite's npm packages (conformance/package-lock.json);
+# - the JavaScript test tools (js-tests/package-lock.json: the conformance
+#   suite, and puppeteer-core for the console's browser test), one npm ci;
 # - Debian's nftables, for the partition test's packet drops;
 # - Debian's openssl, for the TLS tests' throwaway certificates;
-# - Debian's chromium and puppeteer-core (console/package-lock.json), for
-#   the console's browser test.
+# - Debian's chromium, for the console's browser test.
 # Re-running it is cheap: each part is skipped when already installed at
 # the pinned versions.
 set -euo pipefail
@@ -21,8 +21,12 @@ if [ ! -x "$venv/bin/moto_server" ] || ! cmp -s "$requirements" "$venv/.installe
   cp "$requirements" "$venv/.installed-requirements"
 fi
 
-(cd "$root/conformance" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
-(cd "$root/console" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+js=$root/js-tests
+if ! cmp -s "$js/package-lock.json" "$js/node_modules/.installed-lock" 2>/dev/null; then
+  echo "== installing the JavaScript test tools (npm ci in js-tests)"
+  (cd "$js" && npm ci --no-audit --no-fund --loglevel=error >/dev/null)
+  cp "$js/package-lock.json" "$js/node_modules/.installed-lock"
+fi
 
 # The partition test drops packets with nftables inside its namespaces.
 nftables_version=1.0.6-2+deb12u2

@@ -23,6 +23,7 @@ pub mod metrics;
 pub mod routes;
 pub mod subscriptions;
 mod tls;
+pub mod unread_body;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -349,8 +350,16 @@ where
 {
     hyper::service::service_fn(move |mut request: http::Request<B>| {
         request.extensions_mut().insert(peer);
-        let answer = routes::handle(app.clone(), request.map(axum::body::Body::new));
-        async move { Ok::<_, std::convert::Infallible>(answer.await) }
+        let (parts, body) = request.into_parts();
+        let (kept, body) = unread_body::keep(axum::body::Body::new(body));
+        let answer = routes::handle(app.clone(), http::Request::from_parts(parts, body));
+        async move {
+            let response = answer.await;
+            // A body the answer left unread is ended before the answer
+            // goes out (see `unread_body`).
+            kept.drain().await;
+            Ok::<_, std::convert::Infallible>(response)
+        }
     })
 }
 

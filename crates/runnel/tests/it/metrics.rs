@@ -1,0 +1,176 @@
+//! `GET /metrics` scraped during a load run: the values move as they
+//! should, and no stream name becomes a label.
+
+use crate::common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::Server;
+
+/// Every sample of a scrape: `name{labels}` to value.
+async fn scrape(client: &reqwest::Client, base: &str) -> BTreeMap<String, f64> {
+    let r = client.get(format!("{base}/metrics")).send().await.unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(r.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let text = r.text().await.unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .map(|l| {
+            let (key, value) = l
+                .rsplit_once(' ')
+                .unwrap_or_else(|| panic!("bad line {l:?}"));
+            (
+                key.to_string(),
+                value
+                    .parse()
+                    .unwrap_or_else(|_| panic!("bad value in {l:?}")),
+            )
+        })
+        .collect()
+}
+
+fn get(samples: &BTreeMap<String, f64>, key: &str) -> f64 {
+    *samples
+        .get(key)
+        .unwrap_or_else(|| panic!("no sample {key}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_with_the_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--long-poll-timeout-ms", "20000"]).await;
+    let client = reqwest::Client::new();
+    let url = server.stream_url("secret-tenant/room");
+    common::create_text(&client, &url, "").await;
+
+    // Three SSE readers and two long-polls, held open.
+    let mut held = Vec::new();
+    for _ in 0..3 {
+        let r = client
+            .get(format!("{url}?offset=now&live=sse"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        held.push(r);
+    }
+    let mut polls = Vec::new();
+    for _ in 0..2 {
+        let (client, url) = (client.clone(), url.clone());
+        polls.push(tokio::spawn(async move {
+            client
+                .get(format!("{url}?offset=now&live=long-poll"))
+                .send()
+                .await
+                .unwrap()
+                .status()
+        }));
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let s = scrape(&client, &server.base).await;
+        if get(&s, "runnel_live_readers{mode=\"long_poll\"}") == 2.0 {
+            assert_eq!(get(&s, "runnel_live_readers{mode=\"sse\"}"), 3.0);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the long-polls were never counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    // 200 appends from 8 writers, some through hyper (chunked bodies).
+    let before = scrape(&client, &server.base).await;
+    let mut writers = Vec::new();
+    for w in 0..8 {
+        let (client, url) = (client.clone(), url.clone());
+        writers.push(tokio::spawn(async move {
+            for i in 0..25 {
+                let body = format!("w{w}-{i}|");
+                let request = client.post(&url).header("content-type", "text/plain");
+                let request = if i % 5 == 0 {
+                    let chunks = futures::stream::iter([Ok::<_, std::io::Error>(body)]);
+                    request.body(reqwest::Body::wrap_stream(chunks))
+                } else {
+                    request.body(body)
+                };
+                assert_eq!(request.send().await.unwrap().status(), 204);
+            }
+        }));
+    }
+    for w in writers {
+        w.await.unwrap();
+    }
+    for p in polls {
+        assert_eq!(
+            p.await.unwrap(),
+            200,
+            "each long-poll was woken by an append"
+        );
+    }
+    let after = scrape(&client, &server.base).await;
+    let delta = |key: &str| get(&after, key) - before.get(key).copied().unwrap_or(0.0);
+    assert_eq!(
+        delta("runnel_http_requests_total{route=\"append\",code=\"2xx\"}"),
+        200.0
+    );
+    assert_eq!(delta("runnel_append_ack_duration_seconds_count"), 200.0);
+    assert_eq!(delta("runnel_log_records_total"), 200.0);
+    assert!(
+        delta("runnel_log_sync_duration_seconds_count") > 0.0,
+        "no fsync observed"
+    );
+    assert!(
+        get(
+            &after,
+            "runnel_log_sync_duration_seconds_bucket{le=\"+Inf\"}"
+        ) == get(&after, "runnel_log_sync_duration_seconds_count")
+    );
+    assert!(
+        delta("runnel_sse_events_total") >= 3.0 * 2.0,
+        "three readers saw data and control events"
+    );
+    assert!(delta("runnel_sse_bytes_total") > 0.0);
+    assert_eq!(get(&after, "runnel_live_readers{mode=\"long_poll\"}"), 0.0);
+    assert_eq!(get(&after, "runnel_live_readers{mode=\"sse\"}"), 3.0);
+    assert_eq!(get(&after, "runnel_streams"), 1.0);
+    assert_eq!(get(&after, "runnel_log_failed"), 0.0);
+    assert!(get(&after, "process_resident_memory_bytes") > 1e6);
+    assert!(get(&after, "process_open_fds") > 0.0);
+    assert!(get(&after, "runnel_disk_free_bytes") > 0.0);
+    assert!(get(&after, "runnel_disk_total_bytes") >= get(&after, "runnel_disk_free_bytes"));
+    assert!(delta("runnel_http_requests_total{route=\"metrics\",code=\"2xx\"}") >= 1.0);
+
+    // Readers gone: the gauge follows.
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while get(
+        &scrape(&client, &server.base).await,
+        "runnel_live_readers{mode=\"sse\"}",
+    ) != 0.0
+    {
+        assert!(
+            Instant::now() < deadline,
+            "closed SSE readers still counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // A 404 is a 4xx of its route; stream names are never labels.
+    let r = client
+        .get(server.stream_url("missing"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 404);
+    let text = common::get_text(&client, &format!("{}/metrics", server.base)).await;
+    assert!(
+        text.contains("runnel_http_requests_total{route=\"read\",code=\"4xx\"} 1"),
+        "{text}"
+    );
+    assert!(!text.contains("secret-tenant") && !text.contains("missing"));
+}
