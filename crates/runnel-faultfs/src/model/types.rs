@@ -79,8 +79,13 @@ pub struct Torn {
 #[derive(Clone, Debug, Default, Serialize)]
 pub struct CutReport {
     /// File bytes the current image held that the durable one did not
-    /// (zeros past a durable end do not count).
+    /// (zeros past a durable end do not count; a torn write's kept prefix
+    /// does not either).
     pub bytes_dropped: u64,
+    /// Of those, the bytes that are not zero: data written and never made
+    /// durable, as opposed to preallocated or extended zeros (a zero byte
+    /// written by `write` is not told apart from them).
+    pub written_bytes_dropped: u64,
     /// Paths that existed and are gone (entries never made durable).
     pub lost_paths: Vec<String>,
     /// Paths removed or renamed away whose removal was not durable.
@@ -104,6 +109,7 @@ pub struct Stats {
     pub refused_while_dead: u64,
     pub power_cuts: u64,
     pub bytes_dropped_total: u64,
+    pub written_bytes_dropped_total: u64,
     pub last_cut: Option<CutReport>,
     pub faults: Vec<Fault>,
     pub armed_cut: Option<ArmedCut>,

@@ -52,15 +52,15 @@ async fn sse_sends_keepalives_and_closes_after_its_maximum_duration() {
     let client = reqwest::Client::new();
     let url = server.stream_url("keepalive");
     common::create_text(&client, &url, "").await;
-    let started = Instant::now();
     let r = sse_from_now(&client, &url).await;
     assert_eq!(r.status(), 200);
-    let (text, ended) = read_for(r, Duration::from_secs(5)).await;
+    // Nothing else ends this stream: the client reads until the server
+    // closes it (a generous window, for a loaded machine).
+    let (text, ended) = read_for(r, Duration::from_secs(30)).await;
     assert!(
         ended,
         "the server closes the connection after its maximum duration"
     );
-    assert!(started.elapsed() < Duration::from_secs(4));
     assert!(text.matches(": keepalive").count() >= 3, "{text}");
     assert!(text.contains("\"upToDate\":true"));
 }
@@ -273,7 +273,9 @@ fn raise_open_file_limit() {
 #[tokio::test]
 async fn a_long_poll_sees_the_stream_close_while_it_waits() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &["--long-poll-timeout-ms", "5000"]).await;
+    // A long-poll timeout far past the client's patience: an answer at all
+    // means the close woke it.
+    let server = Server::start(dir.path(), &["--long-poll-timeout-ms", "600000"]).await;
     let client = reqwest::Client::new();
     let url = server.stream_url("closing");
     common::create_text(&client, &url, "data").await;
@@ -288,7 +290,6 @@ async fn a_long_poll_sees_the_stream_close_while_it_waits() {
         })
     };
     tokio::time::sleep(Duration::from_millis(200)).await;
-    let started = Instant::now();
     let close = client
         .post(&url)
         .header("stream-closed", "true")
@@ -296,11 +297,10 @@ async fn a_long_poll_sees_the_stream_close_while_it_waits() {
         .await
         .unwrap();
     assert_eq!(close.status(), 204);
-    let r = waiting.await.unwrap();
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "woken by the close, not the timeout"
-    );
+    let r = tokio::time::timeout(Duration::from_secs(60), waiting)
+        .await
+        .expect("the long-poll was woken by the close (its timeout is 10 minutes)")
+        .unwrap();
     assert_eq!(r.status(), 204);
     assert_eq!(r.headers()["stream-closed"], "true");
     assert_eq!(r.headers()["stream-up-to-date"], "true");

@@ -176,12 +176,19 @@ impl Cluster {
     /// Starts one more node (its index is returned) with `--join` and
     /// node `via`'s URL: it makes itself a member of every group.
     pub async fn start_joining(&mut self, via: usize) -> usize {
+        self.start_joining_with_env(via, &[]).await
+    }
+
+    /// [`Cluster::start_joining`], the new node started with `env` (its
+    /// join token, say).
+    pub async fn start_joining_with_env(&mut self, via: usize, env: &[(&str, &str)]) -> usize {
         let i = self.ports.len();
         self.ports.push(super::reserve_ports(2));
         self.own_peers.push(None);
         self.join.push(Some(self.base(via)));
         self.children.push(None);
         self.env.push(Vec::new());
+        self.set_env(i, env);
         self.restart(i).await;
         i
     }
