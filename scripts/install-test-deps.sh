@@ -6,7 +6,8 @@
 #   suite, and puppeteer-core for the console's browser test), one npm ci;
 # - Debian's nftables, for the partition test's packet drops;
 # - Debian's openssl, for the TLS tests' throwaway certificates;
-# - Debian's chromium, for the console's browser test.
+# - Debian's chromium, for the console's browser test;
+# - Debian's mold, the linker CI builds with.
 # Re-running it is cheap: each part is skipped when already installed at
 # the pinned versions.
 set -euo pipefail
@@ -35,6 +36,16 @@ if ! command -v nft >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q "nftables=$nftables_version" >/dev/null ||
     { apt-get update -q >/dev/null && apt-get install -y -q "nftables=$nftables_version" >/dev/null; }
+fi
+
+# mold links the test and server binaries (scripts/linker.sh uses it when
+# it is there; a fresh machine without it links with the default linker).
+mold_version=1.10.1+dfsg-1
+if [ "$(dpkg-query -W -f='${Version}' mold 2>/dev/null)" != "$mold_version" ]; then
+  echo "== installing mold $mold_version (linker)"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q "mold=$mold_version" >/dev/null ||
+    { apt-get update -q >/dev/null && apt-get install -y -q "mold=$mold_version" >/dev/null; }
 fi
 
 # The TLS tests make their certificates with openssl (scripts/test-ca.sh).

@@ -8,12 +8,13 @@
 //! |---|---|---|
 //! | `power-cut` | dead from now on (every operation `EIO`); the current image becomes the durable one | the cut's report |
 //! | `power-cut torn SEED` | the same, but one file's last unsynced write survives torn (file and prefix chosen by `SEED`) | the cut's report |
+//! | `power-cut-if-unsynced [torn SEED]` | the same as `power-cut`, but only if the cut would drop written data (bytes not zero that were never made durable); otherwise nothing happens | the cut's report, or `null` when nothing was cut |
 //! | `power-cut-at-write SUBSTRING [torn SEED]` | arms a cut for the next write to a path containing `SUBSTRING`: the write reaches the current image, power fails, the write returns `EIO` (with `torn`, a prefix of that write survives); `stats` shows `alive: false` once it fired | `null` |
 //! | `revive` | operations work again | `null` |
 //! | `fail-write EIO\|ENOSPC [SUBSTRING]` | writes, fallocates and growing truncates of paths containing `SUBSTRING` (all paths without it) fail | `null` |
 //! | `fail-fsync EIO [SUBSTRING]` | fsyncs of matching files and directories fail (and forget the unsynced data) | `null` |
 //! | `clear-faults` | no more injected failures (and no armed cut) | `null` |
-//! | `stats` | | counters, faults, the last cut's report |
+//! | `stats` | | counters, faults, the last cut's report, and `unsynced_written_bytes` (what a cut now would drop of written data) |
 //! | `durable PATH` | | `{"kind","size"}` of `PATH` (from the mount's root, `/data/log`) in the durable image, or `null` |
 //! | `shutdown` | unmounts and exits | `null` |
 //!
@@ -30,10 +31,25 @@ use serde_json::{json, Value};
 use crate::fs::{lock, SharedModel};
 use crate::model::{ArmedCut, Fault, FaultOp, Ino};
 
+/// A control command that does not parse.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("unknown errno {name:?}: one of {allowed}")]
+    UnknownErrno { name: String, allowed: String },
+    #[error("expected ERRNO [PATH-SUBSTRING]")]
+    FaultUsage,
+    #[error("bad seed {0:?}")]
+    BadSeed(String),
+    #[error("unknown command {0:?}")]
+    Unknown(String),
+}
+
 /// A parsed control command.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
     PowerCut { torn_seed: Option<u64> },
+    /// Cut only if the cut would drop written data.
+    PowerCutIfUnsynced { torn_seed: Option<u64> },
     PowerCutAtWrite(ArmedCut),
     Revive,
     Fail(Fault),
@@ -43,25 +59,32 @@ pub enum Command {
     Shutdown,
 }
 
-fn errno_named(name: &str, allowed: &[(&str, i32)]) -> Result<i32, String> {
+fn errno_named(name: &str, allowed: &[(&str, i32)]) -> Result<i32, ParseError> {
     allowed
         .iter()
         .find(|(n, _)| n.eq_ignore_ascii_case(name))
         .map(|(_, e)| *e)
         .ok_or_else(|| {
             let names: Vec<_> = allowed.iter().map(|(n, _)| *n).collect();
-            format!("unknown errno {name:?}: one of {}", names.join(", "))
+            ParseError::UnknownErrno {
+                name: name.to_string(),
+                allowed: names.join(", "),
+            }
         })
 }
 
+fn seed(word: &str) -> Result<u64, ParseError> {
+    word.parse().map_err(|_| ParseError::BadSeed(word.to_string()))
+}
+
 impl Command {
-    pub fn parse(line: &str) -> Result<Command, String> {
+    pub fn parse(line: &str) -> Result<Command, ParseError> {
         let words: Vec<&str> = line.split_whitespace().collect();
-        let fault = |op, allowed: &[(&str, i32)], rest: &[&str]| -> Result<Command, String> {
+        let fault = |op, allowed: &[(&str, i32)], rest: &[&str]| -> Result<Command, ParseError> {
             let (name, path) = match rest {
                 [name] => (*name, None),
                 [name, path] => (*name, Some(path.to_string())),
-                _ => return Err("expected ERRNO [PATH-SUBSTRING]".into()),
+                _ => return Err(ParseError::FaultUsage),
             };
             Ok(Command::Fail(Fault {
                 op,
@@ -71,16 +94,20 @@ impl Command {
         };
         match words.as_slice() {
             ["power-cut"] => Ok(Command::PowerCut { torn_seed: None }),
-            ["power-cut", "torn", seed] => Ok(Command::PowerCut {
-                torn_seed: Some(seed.parse().map_err(|_| format!("bad seed {seed:?}"))?),
+            ["power-cut", "torn", word] => Ok(Command::PowerCut {
+                torn_seed: Some(seed(word)?),
+            }),
+            ["power-cut-if-unsynced"] => Ok(Command::PowerCutIfUnsynced { torn_seed: None }),
+            ["power-cut-if-unsynced", "torn", word] => Ok(Command::PowerCutIfUnsynced {
+                torn_seed: Some(seed(word)?),
             }),
             ["power-cut-at-write", path] => Ok(Command::PowerCutAtWrite(ArmedCut {
                 path: path.to_string(),
                 torn_seed: None,
             })),
-            ["power-cut-at-write", path, "torn", seed] => Ok(Command::PowerCutAtWrite(ArmedCut {
+            ["power-cut-at-write", path, "torn", word] => Ok(Command::PowerCutAtWrite(ArmedCut {
                 path: path.to_string(),
-                torn_seed: Some(seed.parse().map_err(|_| format!("bad seed {seed:?}"))?),
+                torn_seed: Some(seed(word)?),
             })),
             ["revive"] => Ok(Command::Revive),
             ["fail-write", rest @ ..] => fault(
@@ -93,7 +120,7 @@ impl Command {
             ["stats"] => Ok(Command::Stats),
             ["durable", path] => Ok(Command::Durable(path.to_string())),
             ["shutdown"] => Ok(Command::Shutdown),
-            _ => Err(format!("unknown command {line:?}")),
+            _ => Err(ParseError::Unknown(line.to_string())),
         }
     }
 }
@@ -127,6 +154,15 @@ pub fn execute(model: &SharedModel, command: Command, hooks: &Hooks) -> Value {
             (hooks.after_cut)(&inodes);
             json!(report)
         }
+        Command::PowerCutIfUnsynced { torn_seed } => match m.power_cut_if_unsynced(torn_seed) {
+            Some(report) => {
+                let inodes = m.inodes();
+                drop(m);
+                (hooks.after_cut)(&inodes);
+                json!(report)
+            }
+            None => Value::Null,
+        },
         Command::PowerCutAtWrite(cut) => {
             m.arm_cut(cut);
             Value::Null
@@ -143,7 +179,11 @@ pub fn execute(model: &SharedModel, command: Command, hooks: &Hooks) -> Value {
             m.clear_faults();
             Value::Null
         }
-        Command::Stats => json!(m.stats()),
+        Command::Stats => {
+            let mut stats = json!(m.stats());
+            stats["unsynced_written_bytes"] = json!(m.unsynced_written_bytes());
+            stats
+        }
         Command::Durable(path) => match m.durable_entry(&path) {
             Some((kind, size)) => json!({ "kind": kind, "size": size }),
             None => Value::Null,
@@ -243,6 +283,10 @@ mod tests {
                 path: None
             }))
         );
+        assert_eq!(
+            Command::parse("power-cut-if-unsynced torn 9"),
+            Ok(Command::PowerCutIfUnsynced { torn_seed: Some(9) })
+        );
         assert!(Command::parse("fail-fsync ENOSPC").is_err());
         assert!(Command::parse("power-cut torn x").is_err());
         assert!(Command::parse("reboot").is_err());
@@ -259,6 +303,8 @@ mod tests {
         )));
         serve(&socket, Arc::clone(&model), Arc::new(Hooks::none())).unwrap();
         assert_eq!(request(&socket, "fail-fsync EIO").unwrap(), Value::Null);
+        // Nothing written: a conditional cut does nothing.
+        assert_eq!(request(&socket, "power-cut-if-unsynced").unwrap(), Value::Null);
         let cut = request(&socket, "power-cut").unwrap();
         assert_eq!(cut["bytes_dropped"], 0);
         let stats = request(&socket, "stats").unwrap();

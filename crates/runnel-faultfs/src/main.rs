@@ -1,6 +1,8 @@
 //! The `runnel-faultfs` command: `mount` the file system, send `ctl`
-//! commands to a mounted one, or run the `power-loss` and `io-errors`
-//! tests against a server binary on a mounted one.
+//! commands to a mounted one, or run the `power-loss`,
+//! `cluster-power-loss` and `io-errors` tests against a server binary on
+//! a mounted one. Exit status: 0 the test passed, 1 it failed (its
+//! `VIOLATION`/`UNTESTED` lines say why), 2 it could not run.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -8,7 +10,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use runnel_faultfs::harness::{io_errors, power_loss, Target};
+use runnel_faultfs::harness::{cluster, error::HarnessError, io_errors, power_loss, Target};
 use runnel_faultfs::{control, fs, model};
 
 #[derive(Parser)]
@@ -51,9 +53,10 @@ enum Cmd {
     PowerLoss {
         #[command(flatten)]
         target: TargetArgs,
-        #[arg(long, default_value_t = 100)]
-        cycles: usize,
-        /// Seeds the write times, torn writes and cut choices (default: the clock).
+        /// At least 1.
+        #[arg(long, default_value_t = 100, value_parser = clap::value_parser!(u64).range(1..))]
+        cycles: u64,
+        /// Seeds the write times, torn writes and cut choices (default: the clock; printed).
         #[arg(long)]
         seed: Option<u64>,
         #[arg(long, default_value_t = 3)]
@@ -86,6 +89,33 @@ enum Cmd {
         #[arg(long)]
         wait_log_dir: bool,
         #[arg(long, default_value_t = 120)]
+        cycle_timeout_secs: u64,
+    },
+    /// A 3-node cluster on loopback, node 3 on the mount: cycles of
+    /// writes through every node, a replica move onto or off node 3 with
+    /// its power cut in the middle, SIGKILL, restart, the move finished
+    /// with `runnel ctl node move`, and a full check through every node.
+    ClusterPowerLoss {
+        #[command(flatten)]
+        target: TargetArgs,
+        /// The other nodes' data directories and every node's log.
+        #[arg(long)]
+        workdir: PathBuf,
+        /// At least 1.
+        #[arg(long, default_value_t = 6, value_parser = clap::value_parser!(u64).range(1..))]
+        cycles: u64,
+        /// Seeds the write times, moves, phases and cuts (default: the clock; printed).
+        #[arg(long)]
+        seed: Option<u64>,
+        #[arg(long, default_value_t = 6)]
+        streams: usize,
+        #[arg(long, default_value_t = 300)]
+        min_write_ms: u64,
+        #[arg(long, default_value_t = 800)]
+        max_write_ms: u64,
+        #[arg(long, default_value_t = 4)]
+        pause_ms: u64,
+        #[arg(long, default_value_t = 90)]
         cycle_timeout_secs: u64,
     },
     /// Fail the log's fsyncs, then its writes (ENOSPC, EIO): the server
@@ -170,15 +200,10 @@ fn main() {
             wait_log_dir,
             cycle_timeout_secs,
         } => {
-            let seed = seed.unwrap_or_else(|| {
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64)
-            });
             let opts = power_loss::Options {
                 target: target.target(),
-                cycles,
-                seed,
+                cycles: cycles as usize,
+                seed: seed.unwrap_or_else(clock_seed),
                 streams: streams.max(1),
                 write_ms: (min_write_ms, max_write_ms.max(min_write_ms)),
                 torn_percent: torn_percent.min(100),
@@ -189,6 +214,33 @@ fn main() {
                 cycle_timeout: Duration::from_secs(cycle_timeout_secs),
             };
             exit_code(runtime().block_on(power_loss::run(opts)))
+        }
+        Cmd::ClusterPowerLoss {
+            target,
+            workdir,
+            cycles,
+            seed,
+            streams,
+            min_write_ms,
+            max_write_ms,
+            pause_ms,
+            cycle_timeout_secs,
+        } => {
+            let target = target.target();
+            let opts = cluster::Options {
+                binary: target.binary,
+                mount: target.mount,
+                control: target.control,
+                workdir,
+                flags: target.flags,
+                cycles: cycles as usize,
+                seed: seed.unwrap_or_else(clock_seed),
+                streams: streams.max(1),
+                write_ms: (min_write_ms, max_write_ms.max(min_write_ms)),
+                pause: Duration::from_millis(pause_ms),
+                cycle_timeout: Duration::from_secs(cycle_timeout_secs),
+            };
+            exit_code(runtime().block_on(cluster::run(opts)))
         }
         Cmd::IoErrors {
             target,
@@ -216,8 +268,23 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("a tokio runtime")
 }
 
-fn exit_code(result: Result<(), String>) -> i32 {
-    i32::from(result.is_err())
+/// A seed from the clock, for runs not given one (each run prints its seed).
+fn clock_seed() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos() as u64)
+}
+
+/// 0: passed; 1: failed (the verdict lines say why); 2: could not run.
+fn exit_code(result: Result<bool, HarnessError>) -> i32 {
+    match result {
+        Ok(true) => 0,
+        Ok(false) => 1,
+        Err(e) => {
+            eprintln!("runnel-faultfs: {e}");
+            2
+        }
+    }
 }
 
 fn report(result: std::io::Result<()>) -> i32 {

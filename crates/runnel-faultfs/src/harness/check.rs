@@ -5,22 +5,26 @@
 //! error or as an append in the wrong place.
 //!
 //! The rules for a stream: every acknowledged append is there exactly once;
-//! an append whose answer never came (in doubt) is there at most once, and
-//! once a restart has shown it there or not there, it stays so; each
-//! writer's appends are in its order; nothing else is there; and an append
-//! acknowledged before another was sent comes before it.
+//! an append whose answer never came, or was an error (in doubt), is there
+//! at most once, and once a restart has shown it there or not there, it
+//! stays so; each writer's appends are in its order; nothing else is
+//! there; and an append acknowledged before another was sent comes before
+//! it. Each broken rule is a [`Violation`] of its [`Kind`].
 
 use std::collections::HashMap;
 use std::time::Instant;
 
 pub use runnel_history::record::{parse, payload};
+use runnel_history::record::parse_prefix;
+
+use super::verdict::{Kind, Violation};
 
 /// What is known of one append.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fate {
     /// Answered with success: must be there.
     Acked,
-    /// No answer, or an error: may be there (at most once).
+    /// No answer, or an error answer: may be there (at most once).
     InDoubt,
     /// In doubt, and a restart showed it there: must stay.
     Landed,
@@ -85,7 +89,7 @@ impl Writer {
 /// What checking one stream found.
 #[derive(Debug, Default)]
 pub struct Verdict {
-    pub violations: Vec<String>,
+    pub violations: Vec<Violation>,
     /// In-doubt appends found there / found missing.
     pub landed: usize,
     pub missing: usize,
@@ -94,13 +98,28 @@ pub struct Verdict {
 
 /// Checks one stream's bytes against the histories of its writers, then
 /// records in the histories what this read settled (in-doubt appends
-/// become `Landed` or `Missing`).
-pub fn check_stream(stream: &str, bytes: &[u8], writers: &mut [&mut Writer]) -> Verdict {
+/// become `Landed` or `Missing`). `cut_short` says why the stream could
+/// not be read past `bytes` (a read that kept failing): then only the
+/// whole appends in `bytes` are judged, and the missing ones are reported
+/// with that reason.
+pub fn check_stream(
+    stream: &str,
+    bytes: &[u8],
+    writers: &mut [&mut Writer],
+    cut_short: Option<&str>,
+) -> Verdict {
     let mut v = Verdict::default();
-    let order = match parse(bytes) {
-        Ok(order) => order,
-        Err(e) => {
-            v.violations.push(format!("stream {stream}: {e}"));
+    let order: Vec<(u32, u64)> = match (parse(bytes), cut_short) {
+        (Ok(order), _) => order,
+        // Read only in part: its whole appends, whatever follows them.
+        (Err(_), Some(_)) => parse_prefix(bytes)
+            .0
+            .into_iter()
+            .map(|p| (p.writer, p.seq))
+            .collect(),
+        (Err(e), None) => {
+            v.violations
+                .push(Violation::new(Kind::ForeignBytes, format!("stream {stream}: {e}")));
             return v;
         }
     };
@@ -109,30 +128,32 @@ pub fn check_stream(stream: &str, bytes: &[u8], writers: &mut [&mut Writer]) -> 
     let mut seen: HashMap<(u32, u64), usize> = HashMap::new();
     let mut last_seq: HashMap<u32, u64> = HashMap::new();
     let mut latest_send: Option<(Instant, u32, u64)> = None;
+    let mut push = |kind, message: String| v.violations.push(Violation::new(kind, message));
     for (pos, &(writer, seq)) in order.iter().enumerate() {
         let Some(append) = index
             .get(&writer)
             .and_then(|&i| writers[i].appends.get(seq as usize))
         else {
-            v.violations.push(format!("stream {stream}: append {pos} (writer {writer} seq {seq}) was never sent to this stream"));
+            push(Kind::ForeignBytes, format!("stream {stream}: append {pos} (writer {writer} seq {seq}) was never sent to this stream"));
             continue;
         };
         if let Some(first) = seen.insert((writer, seq), pos) {
-            v.violations.push(format!("stream {stream}: writer {writer} seq {seq} is there twice (appends {first} and {pos})"));
+            push(Kind::DuplicateAppend, format!("stream {stream}: writer {writer} seq {seq} is there twice (appends {first} and {pos})"));
         }
         if let Some(prev) = last_seq.insert(writer, seq) {
             if prev >= seq {
-                v.violations.push(format!(
-                    "stream {stream}: writer {writer} seq {seq} comes after its seq {prev}"
-                ));
+                push(
+                    Kind::ReorderedAppend,
+                    format!("stream {stream}: writer {writer} seq {seq} comes after its seq {prev}"),
+                );
             }
         }
         if append.fate == Fate::Missing {
-            v.violations.push(format!("stream {stream}: writer {writer} seq {seq} was missing after an earlier restart and is back"));
+            push(Kind::ResurrectedAppend, format!("stream {stream}: writer {writer} seq {seq} was missing after an earlier restart and is back"));
         }
         if let (Some(acked), Some((sent, w2, s2))) = (append.acked, latest_send) {
             if sent > acked {
-                v.violations.push(format!("stream {stream}: writer {writer} seq {seq} was acknowledged before writer {w2} seq {s2} was sent, but comes after it"));
+                push(Kind::ReorderedAppend, format!("stream {stream}: writer {writer} seq {seq} was acknowledged before writer {w2} seq {s2} was sent, but comes after it"));
             }
         }
         if latest_send.is_none_or(|(t, _, _)| append.sent > t) {
@@ -164,10 +185,16 @@ pub fn check_stream(stream: &str, bytes: &[u8], writers: &mut [&mut Writer]) -> 
         } else {
             "acknowledged or seen"
         };
-        v.violations.push(format!(
-            "stream {stream}: {} {what} appends are missing (first: writer {w} seq {s}; the stream holds {} appends)",
-            lost.len(),
-            order.len()
+        let why = cut_short
+            .map(|reason| format!("; the stream could not be read past byte {}: {reason}", bytes.len()))
+            .unwrap_or_default();
+        v.violations.push(Violation::new(
+            Kind::LostAcknowledgedAppend,
+            format!(
+                "stream {stream}: {} {what} appends are missing (first: writer {w} seq {s}; the stream holds {} appends){why}",
+                lost.len(),
+                order.len()
+            ),
         ));
     }
     v
@@ -222,6 +249,7 @@ mod tests {
             "s",
             &bytes(&[(1, 0), (2, 0), (1, 1), (1, 2)]),
             &mut [&mut a, &mut b],
+            None,
         );
         assert!(v.violations.is_empty(), "{:?}", v.violations);
         assert_eq!((v.landed, v.missing), (1, 1));
@@ -233,10 +261,13 @@ mod tests {
             "s",
             &bytes(&[(1, 0), (2, 0), (1, 1), (2, 1)]),
             &mut [&mut a, &mut b],
+            None,
         );
         assert_eq!(v.violations.len(), 2, "{:?}", v.violations);
-        assert!(v.violations[0].contains("missing after an earlier restart and is back"));
-        assert!(v.violations[1].contains("1 acknowledged or seen appends are missing"));
+        assert_eq!(v.violations[0].kind, Kind::ResurrectedAppend);
+        assert!(v.violations[0].message.contains("missing after an earlier restart and is back"));
+        assert_eq!(v.violations[1].kind, Kind::LostAcknowledgedAppend);
+        assert!(v.violations[1].message.contains("1 acknowledged or seen appends are missing"));
     }
 
     #[test]
@@ -244,13 +275,15 @@ mod tests {
         use Fate::*;
         let check = |order: &[(u32, u64)]| {
             let mut a = writer(1, &[Acked, Acked]);
-            check_stream("s", &bytes(order), &mut [&mut a]).violations
+            let v = &check_stream("s", &bytes(order), &mut [&mut a], None).violations[0];
+            (v.kind, v.message.clone())
         };
-        assert!(check(&[(1, 0)])[0]
-            .contains("1 acknowledged appends are missing (first: writer 1 seq 1"));
-        assert!(check(&[(1, 0), (1, 1), (1, 1)])[0].contains("there twice"));
-        assert!(check(&[(1, 1), (1, 0)])[0].contains("comes after its seq 1"));
-        assert!(check(&[(1, 0), (1, 1), (7, 0)])[0].contains("never sent to this stream"));
+        let (kind, message) = check(&[(1, 0)]);
+        assert_eq!(kind, Kind::LostAcknowledgedAppend);
+        assert!(message.contains("1 acknowledged appends are missing (first: writer 1 seq 1"));
+        assert_eq!(check(&[(1, 0), (1, 1), (1, 1)]).0, Kind::DuplicateAppend);
+        assert_eq!(check(&[(1, 1), (1, 0)]).0, Kind::ReorderedAppend);
+        assert_eq!(check(&[(1, 0), (1, 1), (7, 0)]).0, Kind::ForeignBytes);
     }
 
     #[test]
@@ -270,9 +303,26 @@ mod tests {
             acked: Some(t2),
             fate: Fate::Acked,
         };
-        let ok = check_stream("s", &bytes(&[(1, 0), (2, 0)]), &mut [&mut a, &mut b]);
+        let ok = check_stream("s", &bytes(&[(1, 0), (2, 0)]), &mut [&mut a, &mut b], None);
         assert!(ok.violations.is_empty());
-        let bad = check_stream("s", &bytes(&[(2, 0), (1, 0)]), &mut [&mut a, &mut b]);
-        assert!(bad.violations[0].contains("acknowledged before writer 2 seq 0 was sent"));
+        let bad = check_stream("s", &bytes(&[(2, 0), (1, 0)]), &mut [&mut a, &mut b], None);
+        assert_eq!(bad.violations[0].kind, Kind::ReorderedAppend);
+        assert!(bad.violations[0]
+            .message
+            .contains("acknowledged before writer 2 seq 0 was sent"));
+    }
+
+    #[test]
+    fn a_stream_read_in_part_loses_what_could_not_be_read() {
+        use Fate::*;
+        let mut a = writer(1, &[Acked, Acked, Acked]);
+        let mut read = bytes(&[(1, 0)]);
+        // Half of the next append, then the read failed.
+        read.extend_from_slice(&bytes(&[(1, 1)])[..10]);
+        let v = check_stream("s", &read, &mut [&mut a], Some("503 storage failed"));
+        assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
+        assert_eq!(v.violations[0].kind, Kind::LostAcknowledgedAppend);
+        assert!(v.violations[0].message.contains("2 acknowledged appends are missing"));
+        assert!(v.violations[0].message.contains("503 storage failed"));
     }
 }

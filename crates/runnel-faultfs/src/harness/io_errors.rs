@@ -17,9 +17,12 @@ use std::time::{Duration, Instant};
 use reqwest::{Client, StatusCode};
 
 use super::check::Writer;
-use super::client::{self, Answers, OnError};
+use super::client::{self, Answers, WriterSetup};
+use super::error::{HarnessError, Result};
+use super::readback::verify;
 use super::server::{log_tail, Server};
-use super::{control, print_violations, verify, Target};
+use super::verdict::{Findings, Untested, Violation};
+use super::{control, Target};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -39,7 +42,9 @@ const FAULTS: [&str; 3] = [
     "fail-write EIO /data/log/",
 ];
 
-pub async fn run(opts: Options) -> Result<(), String> {
+/// `Ok(true)`: every fault was handled; `Ok(false)`: some were not (the
+/// `VIOLATION`/`UNTESTED` lines printed); `Err`: the harness could not run.
+pub async fn run(opts: Options) -> Result<bool> {
     let target = &opts.target;
     println!(
         "io-errors: {} serve --data-dir {} {}",
@@ -57,7 +62,11 @@ pub async fn run(opts: Options) -> Result<(), String> {
     for (i, stream) in streams.iter().enumerate() {
         let status = client::create(&client, &server.base, stream).await?;
         if status != StatusCode::CREATED {
-            return Err(format!("creating {stream}: {status}"));
+            return Err(HarnessError::Answer {
+                what: format!("creating {stream}"),
+                status: status.as_u16(),
+                expected: "201".into(),
+            });
         }
         writers.push(Writer::new(2 * i as u32, stream, true));
         writers.push(Writer::new(2 * i as u32 + 1, stream, false));
@@ -65,28 +74,28 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let mut failed = 0;
     let faults: Vec<&str> = (0..opts.rounds.max(1)).flat_map(|_| FAULTS).collect();
     for &fault in &faults {
-        let (next, violations) =
+        let (next, findings) =
             phase(&opts, &client, server, &streams, &mut writers, fault).await?;
         server = next;
-        if violations.is_empty() {
+        if findings.is_empty() {
             println!("  => ok");
         } else {
             failed += 1;
-            print_violations(&violations, 10);
+            findings.print(fault, 10);
         }
     }
     server.kill().await;
     let acked: usize = writers.iter().map(Writer::acked).sum();
     if failed == 0 {
         println!("io-errors: PASS: {} faults, {acked} appends acknowledged, none lost, none acknowledged after a fault", faults.len());
-        Ok(())
+        Ok(true)
     } else {
         println!(
             "io-errors: FAIL: {failed} of {} faults showed violations; server log: {}",
             faults.len(),
             target.log.display()
         );
-        Err(format!("{failed} faults showed violations"))
+        Ok(false)
     }
 }
 
@@ -98,21 +107,21 @@ async fn write_for(
     duration: Duration,
     fault_at: Option<Instant>,
     mut sample: impl FnMut(Duration) -> Option<tokio::task::JoinHandle<String>>,
-) -> Result<(Answers, Vec<String>, Vec<String>), String> {
+) -> Result<(Answers, Vec<Violation>, Vec<String>)> {
     let stop = Arc::new(AtomicBool::new(false));
+    let setup = WriterSetup {
+        client: client.clone(),
+        bases: Arc::new(vec![base.to_string()]),
+        stop: Arc::clone(&stop),
+        // Answers after the fault are counted apart.
+        cutting: Arc::new(AtomicBool::new(fault_at.is_some())),
+        pause: Duration::from_millis(2),
+        error_pause: Duration::from_millis(50),
+        fault_at,
+    };
     let tasks: Vec<_> = std::mem::take(writers)
         .into_iter()
-        .map(|w| {
-            tokio::spawn(client::run_writer(
-                client.clone(),
-                base.to_string(),
-                w,
-                Arc::clone(&stop),
-                OnError::Continue(Duration::from_millis(50)),
-                fault_at,
-                Duration::from_millis(2),
-            ))
-        })
+        .map(|w| tokio::spawn(client::run_writer(setup.clone(), w)))
         .collect();
     let mut samples = Vec::new();
     let started = Instant::now();
@@ -129,8 +138,8 @@ async fn write_for(
     for task in tasks {
         let (w, a, v) = tokio::time::timeout(client::REQUEST_TIMEOUT * 2, task)
             .await
-            .map_err(|_| "a writer did not stop".to_string())?
-            .map_err(|e| format!("a writer panicked: {e}"))?;
+            .map_err(|_| HarnessError::Timeout("a writer".into(), client::REQUEST_TIMEOUT * 2))?
+            .map_err(|e| HarnessError::Task(e.to_string()))?;
         writers.push(w);
         answers.merge(a);
         violations.extend(v);
@@ -149,21 +158,21 @@ async fn phase(
     streams: &[String],
     writers: &mut Vec<Writer>,
     fault: &str,
-) -> Result<(Server, Vec<String>), String> {
+) -> Result<(Server, Findings)> {
     let target = &opts.target;
-    let mut violations = Vec::new();
+    let mut findings = Findings::default();
     println!("io-errors: {fault}");
     for w in writers.iter_mut() {
         if let Some(landed) = w.needs_retry() {
-            if let Err(e) = client::retry_pending(client, &server.base, w, landed).await {
-                violations.push(e);
+            if let Some(v) = client::retry_pending(client, &server.base, w, landed).await {
+                findings.violations.push(v);
             }
         }
     }
     let acked_before: usize = writers.iter().map(Writer::acked).sum();
     let (answers, v, _) =
         write_for(client, &server.base, writers, opts.before, None, |_| None).await?;
-    violations.extend(v);
+    findings.extend(v);
     let baseline = writers.iter().map(Writer::acked).sum::<usize>() - acked_before;
     println!(
         "  before the fault: {baseline} appends acknowledged ({})",
@@ -201,7 +210,7 @@ async fn phase(
         },
     )
     .await?;
-    violations.extend(v);
+    findings.extend(v);
     let after = control(&target.control, "stats").await?;
     let delta = |key: &str| {
         after[key]
@@ -241,11 +250,12 @@ async fn phase(
     for line in errors.iter().rev().take(3).rev() {
         println!("  server log: {line}");
     }
-    violations.extend(answers.acked_after_fault.iter().cloned());
-    if !answers.counts.keys().any(|k| !k.starts_with('2')) {
-        violations.push(format!(
-            "no append failed under {fault:?}: the fault never reached the server"
-        ));
+    findings.extend(answers.acked_after_fault.iter().cloned());
+    if answers.errors_after == 0 {
+        findings.untested(
+            Untested::FaultNotReached,
+            format!("no append failed under {fault:?}: the fault never reached the server"),
+        );
     }
 
     // Lose the page cache too, then restart with a healthy disk.
@@ -254,16 +264,16 @@ async fn phase(
     control(&target.control, "clear-faults").await?;
     control(&target.control, "revive").await?;
     let server = Server::start(&target.spec(), client, &format!("after {fault}")).await?;
-    let verified = verify(client, &server.base, streams, writers).await;
-    violations.extend(verified.violations);
+    let verified = verify(client, &server.base, streams, writers, Duration::from_secs(3)).await;
+    findings.extend(verified.violations);
     let acked: usize = writers.iter().map(Writer::acked).sum();
     println!(
         "  after a power cut ({}) and a restart without the fault: {acked} acknowledged appends checked, in doubt {} landed / {} not",
-        super::describe_cut(&cut),
+        super::cut::describe(&serde_json::from_value(cut).unwrap_or_default()),
         verified.landed,
         verified.missing
     );
-    Ok((server, violations))
+    Ok((server, findings))
 }
 
 async fn get(client: &Client, url: &str) -> String {

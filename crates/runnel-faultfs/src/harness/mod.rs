@@ -1,26 +1,42 @@
 //! The tests that run a real server binary on the mounted file system:
-//! [`power_loss`] (cut power mid-write, restart, check every stream) and
-//! [`io_errors`] (fail fsyncs or writes, watch the server stop
-//! acknowledging, restart, check nothing acknowledged was lost).
+//! [`power_loss`] (cut power mid-write, restart, check every stream),
+//! [`cluster`] (a three-node cluster, one node on the file system, which
+//! loses power in the middle of a replica move) and [`io_errors`] (fail
+//! fsyncs or writes, watch the server stop acknowledging, restart, check
+//! nothing acknowledged was lost).
+//!
+//! | module | owns |
+//! |---|---|
+//! | [`client`] | HTTP: streams, appends, whole-stream reads, the writer loop and its tally of answers |
+//! | [`check`] | the writers' histories and the rules one stream read back is judged by |
+//! | [`readback`] | reading every stream back after a restart (patient with a recovering server) and judging it |
+//! | [`cut`] | cutting the power at a moment the cut loses written data, and describing what it dropped |
+//! | [`server`] | one server process: start, wait for health, SIGKILL |
+//! | [`verdict`] | the `VIOLATION kind:` and `UNTESTED kind:` lines a run prints |
+//! | [`error`] | the harness's own failures |
 //!
 //! The file system is mounted by a separate `runnel-faultfs mount` process
 //! (see `scripts/power-loss.sh`) and driven through its control socket.
 
 pub mod check;
 pub mod client;
+pub mod cluster;
+pub mod cut;
+pub mod error;
 pub mod io_errors;
 pub mod power_loss;
+pub mod readback;
 pub mod server;
+pub mod verdict;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use reqwest::Client;
 use serde_json::Value;
 
-use check::Writer;
+use error::{HarnessError, Result};
 
-/// What both tests are given.
+/// What the tests are given.
 #[derive(Clone, Debug)]
 pub struct Target {
     pub binary: PathBuf,
@@ -41,6 +57,7 @@ impl Target {
         server::ServerSpec {
             binary: self.binary.clone(),
             data_dir: self.data_dir(),
+            listen: None,
             flags: self.flags.clone(),
             log: self.log.clone(),
         }
@@ -48,29 +65,38 @@ impl Target {
 }
 
 /// Sends a control command (on a blocking thread).
-pub async fn control(socket: &Path, command: &str) -> Result<Value, String> {
-    let (socket, command) = (socket.to_path_buf(), command.to_string());
-    tokio::task::spawn_blocking(move || crate::control::request(&socket, &command))
+pub async fn control(socket: &Path, command: &str) -> Result<Value> {
+    let (path, line) = (socket.to_path_buf(), command.to_string());
+    tokio::task::spawn_blocking(move || crate::control::request(&path, &line))
         .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("control socket: {e}"))
+        .map_err(|e| HarnessError::Task(e.to_string()))?
+        .map_err(|source| HarnessError::Control {
+            socket: socket.to_path_buf(),
+            command: command.to_string(),
+            source,
+        })
 }
 
-/// Creates the data directory as an operator would, and makes its entry
-/// durable (mkdir, then fsync the mount's root): the server creates the
-/// directory itself when missing but never fsyncs its parent.
-pub fn prepare_data_dir(target: &Target) -> Result<(), String> {
-    let data = target.data_dir();
-    if !data.exists() {
-        std::fs::create_dir(&data).map_err(|e| format!("mkdir {}: {e}", data.display()))?;
+/// Creates `dir` as an operator would, and makes its entry durable
+/// (mkdir, then fsync its parent): the server creates its data directory
+/// itself when missing but never fsyncs the parent.
+pub fn prepare_dir(dir: &Path) -> Result<()> {
+    if !dir.exists() {
+        std::fs::create_dir(dir).map_err(|e| HarnessError::io(format!("mkdir {}", dir.display()), e))?;
     }
-    std::fs::File::open(&target.mount)
+    let parent = dir.parent().unwrap_or(Path::new("/"));
+    std::fs::File::open(parent)
         .and_then(|d| d.sync_all())
-        .map_err(|e| format!("fsync {}: {e}", target.mount.display()))
+        .map_err(|e| HarnessError::io(format!("fsync {}", parent.display()), e))
+}
+
+/// [`prepare_dir`] for the target's data directory.
+pub fn prepare_data_dir(target: &Target) -> Result<()> {
+    prepare_dir(&target.data_dir())
 }
 
 /// Waits until `path` (from the mount's root) is in the durable image.
-pub async fn wait_durable(socket: &Path, path: &str, limit: Duration) -> Result<bool, String> {
+pub async fn wait_durable(socket: &Path, path: &str, limit: Duration) -> Result<bool> {
     let started = tokio::time::Instant::now();
     loop {
         if !control(socket, &format!("durable {path}")).await?.is_null() {
@@ -83,92 +109,9 @@ pub async fn wait_durable(socket: &Path, path: &str, limit: Duration) -> Result<
     }
 }
 
-/// The outcome of reading every stream back.
-#[derive(Debug, Default)]
-pub struct Verified {
-    pub violations: Vec<String>,
-    pub landed: usize,
-    pub missing: usize,
-    pub bytes: usize,
-}
-
-/// Reads each stream back and checks it against its writers' histories.
-pub async fn verify(
-    client: &Client,
-    base: &str,
-    streams: &[String],
-    writers: &mut [Writer],
-) -> Verified {
-    let mut out = Verified::default();
-    for stream in streams {
-        let bytes = match client::read_all(client, base, stream).await {
-            Ok(Some(bytes)) => bytes,
-            Ok(None) => {
-                let acked: usize = writers
-                    .iter()
-                    .filter(|w| &w.stream == stream)
-                    .map(Writer::acked)
-                    .sum();
-                out.violations.push(format!(
-                    "stream {stream} is gone (404), and with it {acked} acknowledged appends"
-                ));
-                continue;
-            }
-            Err(e) => {
-                out.violations.push(format!("reading stream {stream}: {e}"));
-                continue;
-            }
-        };
-        out.bytes += bytes.len();
-        let mut mine: Vec<&mut Writer> =
-            writers.iter_mut().filter(|w| &w.stream == stream).collect();
-        let verdict = check::check_stream(stream, &bytes, &mut mine);
-        out.violations.extend(verdict.violations);
-        out.landed += verdict.landed;
-        out.missing += verdict.missing;
-    }
-    out
-}
-
-/// Short text for a power cut's report: bytes dropped, lost entries, torn.
-pub fn describe_cut(cut: &Value) -> String {
-    let mut text = format!("dropped {} B", cut["bytes_dropped"]);
-    let list = |key: &str| -> Vec<String> {
-        cut[key]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|p| p.as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
-    let lost = list("lost_paths");
-    if !lost.is_empty() {
-        text += &format!(", lost entries {}", lost.join(" "));
-    }
-    let restored = list("restored_paths");
-    if !restored.is_empty() {
-        text += &format!(", restored entries {}", restored.join(" "));
-    }
-    if let Some(torn) = cut["torn"].as_object() {
-        text += &format!(
-            ", torn {}@{} kept {}/{} B",
-            torn["path"].as_str().unwrap_or("?"),
-            torn["offset"],
-            torn["kept"],
-            torn["len"]
-        );
-    }
-    text
-}
-
-/// Prints at most `n` violations, indented.
-pub fn print_violations(violations: &[String], n: usize) {
-    for v in violations.iter().take(n) {
-        println!("    VIOLATION: {v}");
-    }
-    if violations.len() > n {
-        println!("    ... and {} more", violations.len() - n);
-    }
+/// How to run the same choices again: the harness's own choices (write
+/// times, cuts, torn writes, moves) come from the seed; the server's
+/// timing does not, so a replay strikes at similar, not identical, moments.
+pub fn replay_hint(seed: u64) -> String {
+    format!("replay with SEED={seed} (runnel-faultfs --seed {seed})")
 }

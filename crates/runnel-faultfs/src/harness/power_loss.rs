@@ -6,14 +6,19 @@
 //! retried with their old seq, and the previous cycle's ephemeral stream
 //! deleted and a new one created (so checkpoints find dead data to
 //! compact and collect). Then the writers (per stream one idempotent
-//! producer and one plain writer that never retries, and several on the
-//! ephemeral stream) append
-//! for a random time, power is cut while they do, the server is
-//! SIGKILLed, the file system revived and the server restarted, and every
-//! stream is read back and checked ([`super::check`]); deleted streams must
-//! stay deleted.
+//! producer and one plain writer that never repeats an append, and several
+//! on the ephemeral stream) append for a random time, power is cut while
+//! they do ([`super::cut`]: at a write to the log, or as soon as written
+//! data is unsynced), the server is SIGKILLed, the file system revived and
+//! the server restarted, and every stream is read back and checked
+//! ([`super::readback`]); deleted streams must stay deleted.
+//!
+//! A cycle also fails, as `UNTESTED`, if it acknowledged no append or if
+//! its cut dropped no written byte; and as `VIOLATION refused-appends` if,
+//! before the cut, the server answered more appends with errors than with
+//! success. Every error answer is counted, and leaves its append in doubt.
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,21 +27,27 @@ use rand::{Rng, SeedableRng};
 use reqwest::{Client, StatusCode};
 
 use super::check::Writer;
-use super::client::{self, OnError};
+use super::client::{self, Answers, WriterSetup};
+use super::cut::{self, CutPlan};
+use super::error::{HarnessError, Result};
+use super::readback::verify;
 use super::server::Server;
-use super::{control, describe_cut, print_violations, verify, Target};
+use super::verdict::{Findings, Kind, Untested};
+use super::{control, replay_hint, Target};
 
 #[derive(Clone, Debug)]
 pub struct Options {
     pub target: Target,
+    /// At least one.
     pub cycles: usize,
     pub seed: u64,
     pub streams: usize,
     /// Writers run for a random time in this range (ms) before the cut.
     pub write_ms: (u64, u64),
     /// Chance (0-100) that power fails during a write to a log segment,
-    /// keeping a torn prefix of it; the other cuts are instant, half of
-    /// them keeping a torn prefix of some file's last unsynced write.
+    /// keeping a torn prefix of it; the other cuts come as soon as some
+    /// written data is unsynced, half of them keeping a torn prefix of
+    /// some file's last unsynced write.
     pub torn_percent: u32,
     /// Each writer rests a random time up to this between appends.
     pub pause: Duration,
@@ -56,6 +67,13 @@ pub struct Options {
     pub cycle_timeout: Duration,
 }
 
+/// How long a cut waits for its moment.
+const CUT_PATIENCE: Duration = Duration::from_secs(2);
+/// How long reading back tries again a stream whose read fails with a 5xx.
+const READ_PATIENCE: Duration = Duration::from_secs(3);
+/// A writer's rest after an error answer.
+const ERROR_PAUSE: Duration = Duration::from_millis(20);
+
 struct Run {
     opts: Options,
     client: Client,
@@ -67,24 +85,41 @@ struct Run {
     /// The stream deleted next cycle, and the deleted ones.
     ephemeral: Option<String>,
     deleted: Vec<String>,
+    totals: Totals,
+}
+
+/// Sums over the cycles, for the last line.
+#[derive(Default)]
+struct Totals {
     acked: usize,
+    errors_before: usize,
+    errors_after: usize,
     landed: usize,
     missing: usize,
     torn: usize,
     bytes_dropped: u64,
+    written_dropped: u64,
 }
 
 /// One cycle's outcome.
 struct Cycle {
-    violations: Vec<String>,
+    findings: Findings,
     line: String,
 }
 
-pub async fn run(opts: Options) -> Result<(), String> {
+/// Runs the cycles. `Ok(true)`: every cycle passed; `Ok(false)`: a cycle
+/// failed (its `VIOLATION`/`UNTESTED` lines printed); `Err`: the harness
+/// could not run.
+pub async fn run(opts: Options) -> Result<bool> {
+    if opts.cycles == 0 {
+        return Err(HarnessError::Setup(
+            "at least one cycle is needed: a run of no cycles tests nothing".into(),
+        ));
+    }
     println!(
-        "power-loss: {} cycles, seed {}, {} serve --data-dir {} {}",
-        opts.cycles,
+        "power-loss: seed {}; {} cycles; {} serve --data-dir {} {}",
         opts.seed,
+        opts.cycles,
         opts.target.binary.display(),
         opts.target.data_dir().display(),
         opts.target.flags.join(" ")
@@ -100,11 +135,7 @@ pub async fn run(opts: Options) -> Result<(), String> {
         next_writer: 0,
         ephemeral: None,
         deleted: Vec::new(),
-        acked: 0,
-        landed: 0,
-        missing: 0,
-        torn: 0,
-        bytes_dropped: 0,
+        totals: Totals::default(),
         opts,
     };
     let result = run.all_cycles().await;
@@ -114,79 +145,73 @@ pub async fn run(opts: Options) -> Result<(), String> {
     let stats = control(&run.opts.target.control, "stats")
         .await
         .unwrap_or_default();
+    let t = &run.totals;
     let summary = format!(
-        "{} appends acknowledged, in-doubt appends {} landed / {} not, {} bytes dropped by power cuts ({} torn writes kept); file system: {} writes, {} fsyncs, {} directory fsyncs",
-        run.acked, run.landed, run.missing, run.bytes_dropped, run.torn,
-        stats["writes"], stats["fsyncs"], stats["dir_fsyncs"]
+        "{} appends acknowledged, {} answered with errors before the cuts and {} after; in doubt {} landed / {} not; the cuts dropped {} B ({} B written data; {} torn writes kept); file system: {} writes, {} fsyncs, {} directory fsyncs",
+        t.acked, t.errors_before, t.errors_after, t.landed, t.missing, t.bytes_dropped,
+        t.written_dropped, t.torn, stats["writes"], stats["fsyncs"], stats["dir_fsyncs"]
     );
+    let cycles = run.opts.cycles;
     match result {
-        Ok(()) => {
-            println!(
-                "power-loss: PASS: {} of {} cycles passed; {summary}",
-                run.opts.cycles, run.opts.cycles
-            );
-            Ok(())
+        Ok(None) => {
+            println!("power-loss: PASS: {cycles} of {cycles} cycles passed; {summary}");
+            Ok(true)
         }
-        Err((cycle, why)) => {
+        Ok(Some((cycle, first))) => {
             println!(
-                "power-loss: FAIL at cycle {cycle} of {} ({} passed): {why}; {summary}",
-                run.opts.cycles,
-                cycle.saturating_sub(1)
+                "power-loss: FAIL at cycle {cycle} of {cycles} ({} passed): {first}; {summary}",
+                cycle - 1
             );
-            println!("power-loss: server log: {}", run.opts.target.log.display());
-            Err(why)
+            println!(
+                "power-loss: server log {}; {}",
+                run.opts.target.log.display(),
+                replay_hint(run.opts.seed)
+            );
+            Ok(false)
+        }
+        Err(e) => {
+            println!(
+                "power-loss: ERROR: {e}; {summary}; server log {}; {}",
+                run.opts.target.log.display(),
+                replay_hint(run.opts.seed)
+            );
+            Err(e)
         }
     }
 }
 
 impl Run {
-    async fn all_cycles(&mut self) -> Result<(), (usize, String)> {
-        self.setup().await.map_err(|e| (0, e))?;
-        for cycle in 1..=self.opts.cycles {
+    /// `None` when every cycle passed; else the failed cycle and its first
+    /// finding.
+    async fn all_cycles(&mut self) -> Result<Option<(usize, String)>> {
+        self.setup().await?;
+        let cycles = self.opts.cycles;
+        for n in 1..=cycles {
             let started = Instant::now();
-            let outcome = tokio::time::timeout(self.opts.cycle_timeout, self.cycle(cycle)).await;
+            let outcome = tokio::time::timeout(self.opts.cycle_timeout, self.cycle(n))
+                .await
+                .map_err(|_| HarnessError::Timeout(format!("cycle {n}"), self.opts.cycle_timeout))?;
+            let c = outcome?;
             let elapsed = started.elapsed().as_secs_f64();
-            match outcome {
-                Err(_) => {
-                    println!(
-                        "cycle {cycle}/{}: FAIL: took longer than {:?}",
-                        self.opts.cycles, self.opts.cycle_timeout
-                    );
-                    return Err((cycle, "timeout".into()));
-                }
-                Ok(Err(e)) => {
-                    println!("cycle {cycle}/{}: FAIL: {e}", self.opts.cycles);
-                    return Err((cycle, e));
-                }
-                Ok(Ok(c)) if !c.violations.is_empty() => {
-                    println!(
-                        "cycle {cycle}/{}: FAIL: {} ({elapsed:.1}s)",
-                        self.opts.cycles, c.line
-                    );
-                    print_violations(&c.violations, 10);
-                    return Err((
-                        cycle,
-                        format!(
-                            "{} violations, first: {}",
-                            c.violations.len(),
-                            c.violations[0]
-                        ),
-                    ));
-                }
-                Ok(Ok(c)) => println!(
-                    "cycle {cycle}/{}: ok: {} ({elapsed:.1}s)",
-                    self.opts.cycles, c.line
-                ),
+            if c.findings.is_empty() {
+                println!("cycle {n}/{cycles}: ok: {} ({elapsed:.1}s)", c.line);
+            } else {
+                println!("cycle {n}/{cycles}: FAIL: {} ({elapsed:.1}s)", c.line);
+                c.findings.print(&format!("cycle {n}"), 10);
+                return Ok(Some((n, c.findings.first())));
+            }
+            if self.server.is_none() {
+                return Ok(Some((n, "the server is gone".into())));
             }
         }
-        Ok(())
+        Ok(None)
     }
 
-    fn server(&self) -> &Server {
-        self.server.as_ref().expect("a running server")
+    fn base(&self) -> String {
+        self.server.as_ref().map(|s| s.base.clone()).unwrap_or_default()
     }
 
-    async fn setup(&mut self) -> Result<(), String> {
+    async fn setup(&mut self) -> Result<()> {
         let target = &self.opts.target;
         if self.opts.prepare_data_dir {
             super::prepare_data_dir(target)?;
@@ -200,9 +225,13 @@ impl Run {
             }
         }
         for stream in self.streams.clone() {
-            let status = client::create(&self.client, &self.server().base, &stream).await?;
+            let status = client::create(&self.client, &self.base(), &stream).await?;
             if status != StatusCode::CREATED {
-                return Err(format!("creating {stream}: {status}"));
+                return Err(HarnessError::Answer {
+                    what: format!("creating {stream} at the first start"),
+                    status: status.as_u16(),
+                    expected: "201".into(),
+                });
             }
             for idempotent in [true, false] {
                 self.writers
@@ -214,24 +243,24 @@ impl Run {
     }
 
     /// Re-creates the streams, rotates the ephemeral one and retries
-    /// in-doubt idempotent appends.
-    async fn prepare(&mut self, cycle: usize) -> Vec<String> {
-        let mut violations = Vec::new();
-        let base = self.server().base.clone();
+    /// in-doubt appends.
+    async fn prepare(&mut self, cycle: usize, findings: &mut Findings) {
+        let base = self.base();
         for stream in &self.streams {
             match client::create(&self.client, &base, stream).await {
                 Ok(StatusCode::OK) => {}
-                Ok(status) => violations.push(format!(
-                    "PUT {stream} (which exists): {status}, expected 200"
-                )),
-                Err(e) => violations.push(e),
+                Ok(status) => findings.violation(
+                    Kind::WrongAnswer,
+                    format!("PUT {stream} (which exists): {status}, expected 200"),
+                ),
+                Err(e) => findings.violation(Kind::WrongAnswer, e.to_string()),
             }
         }
         // Retries first: the ephemeral stream they may be for goes next.
         for w in self.writers.iter_mut() {
             if let Some(landed) = w.needs_retry() {
-                if let Err(e) = client::retry_pending(&self.client, &base, w, landed).await {
-                    violations.push(e);
+                if let Some(v) = client::retry_pending(&self.client, &base, w, landed).await {
+                    findings.violations.push(v);
                 }
             }
         }
@@ -241,8 +270,8 @@ impl Run {
                     self.writers.retain(|w| w.stream != old);
                     self.deleted.push(old);
                 }
-                Ok(status) => violations.push(format!("DELETE {old}: {status}")),
-                Err(e) => violations.push(e),
+                Ok(status) => findings.violation(Kind::WrongAnswer, format!("DELETE {old}: {status}")),
+                Err(e) => findings.violation(Kind::WrongAnswer, e.to_string()),
             }
         }
         let name = format!("ephemeral-{cycle}");
@@ -255,10 +284,12 @@ impl Run {
                 }
                 self.ephemeral = Some(name);
             }
-            Ok(status) => violations.push(format!("PUT {name}: {status}, expected 201")),
-            Err(e) => violations.push(e),
+            Ok(status) => findings.violation(
+                Kind::WrongAnswer,
+                format!("PUT {name}: {status}, expected 201"),
+            ),
+            Err(e) => findings.violation(Kind::WrongAnswer, e.to_string()),
         }
-        violations
     }
 
     fn live_streams(&self) -> Vec<String> {
@@ -269,125 +300,183 @@ impl Run {
             .collect()
     }
 
-    /// Cuts power one of three ways (see [`Options::torn_percent`]);
-    /// returns the cut's report.
-    async fn cut_power(&mut self) -> Result<serde_json::Value, String> {
-        let socket = self.opts.target.control.clone();
+    /// One of three ways (see [`Options::torn_percent`]), from the seed.
+    fn choose_cut(&mut self) -> CutPlan {
         let roll = self.rng.gen_range(0..100);
         let seed = self.rng.gen::<u32>();
-        if roll < self.opts.torn_percent {
-            control(
-                &socket,
-                &format!("power-cut-at-write /data/log/0 torn {seed}"),
-            )
-            .await?;
-            let deadline = Instant::now() + Duration::from_secs(2);
-            while Instant::now() < deadline {
-                let stats = control(&socket, "stats").await?;
-                if stats["alive"] == false {
-                    return Ok(stats["last_cut"].clone());
-                }
-                tokio::time::sleep(Duration::from_millis(2)).await;
+        let torn_percent = self.opts.torn_percent;
+        if roll < torn_percent {
+            CutPlan::AtWrite {
+                path: "/data/log/0".into(),
+                torn: Some(seed),
             }
-            // No log write came: cut now (this also disarms).
-            control(&socket, "power-cut").await
-        } else if roll < self.opts.torn_percent + (100 - self.opts.torn_percent) / 2 {
-            control(&socket, &format!("power-cut torn {seed}")).await
+        } else if roll < torn_percent + (100 - torn_percent) / 2 {
+            CutPlan::Unsynced { torn: Some(seed) }
         } else {
-            control(&socket, "power-cut").await
+            CutPlan::Unsynced { torn: None }
         }
     }
 
-    async fn cycle(&mut self, cycle: usize) -> Result<Cycle, String> {
-        let mut violations = self.prepare(cycle).await;
+    async fn cycle(&mut self, cycle: usize) -> Result<Cycle> {
+        let mut findings = Findings::default();
+        self.prepare(cycle, &mut findings).await;
         let acked_before: usize = self.writers.iter().map(Writer::acked).sum();
 
         // Write, and cut the power while the writers are at it.
         let live = self.live_streams();
-        let base = self.server().base.clone();
-        let stop = Arc::new(AtomicBool::new(false));
-        let mut tasks = Vec::new();
-        let mut idle = Vec::new();
-        for w in std::mem::take(&mut self.writers) {
-            if live.contains(&w.stream) {
-                tasks.push(tokio::spawn(client::run_writer(
-                    self.client.clone(),
-                    base.clone(),
-                    w,
-                    Arc::clone(&stop),
-                    OnError::Stop,
-                    None,
-                    self.opts.pause,
-                )));
-            } else {
-                idle.push(w);
-            }
-        }
+        let setup = WriterSetup {
+            client: self.client.clone(),
+            bases: Arc::new(vec![self.base()]),
+            stop: Arc::default(),
+            cutting: Arc::default(),
+            pause: self.opts.pause,
+            error_pause: ERROR_PAUSE,
+            fault_at: None,
+        };
+        let (writing, idle): (Vec<Writer>, Vec<Writer>) = std::mem::take(&mut self.writers)
+            .into_iter()
+            .partition(|w| live.contains(&w.stream));
+        let tasks: Vec<_> = writing
+            .into_iter()
+            .map(|w| tokio::spawn(client::run_writer(setup.clone(), w)))
+            .collect();
         let write_ms = self
             .rng
             .gen_range(self.opts.write_ms.0..=self.opts.write_ms.1);
         tokio::time::sleep(Duration::from_millis(write_ms)).await;
-        let cut = self.cut_power().await?;
-        self.server.take().expect("a running server").kill().await;
-        stop.store(true, Ordering::Release);
+        let plan = self.choose_cut();
+        setup.cutting.store(true, Ordering::Release);
+        let cut = cut::cut_power(&self.opts.target.control, &plan, CUT_PATIENCE).await?;
+        if let Some(server) = self.server.take() {
+            server.kill().await;
+        }
+        setup.stop.store(true, Ordering::Release);
+        let mut answers = Answers::default();
         for task in tasks {
-            let (w, _answers, v) = tokio::time::timeout(Duration::from_secs(30), task)
+            let (w, a, v) = tokio::time::timeout(Duration::from_secs(30), task)
                 .await
-                .map_err(|_| "a writer did not stop within 30 s".to_string())?
-                .map_err(|e| format!("a writer panicked: {e}"))?;
-            violations.extend(v);
+                .map_err(|_| HarnessError::Timeout("a writer".into(), Duration::from_secs(30)))?
+                .map_err(|e| HarnessError::Task(e.to_string()))?;
+            findings.extend(v);
+            answers.merge(a);
             self.writers.push(w);
         }
         self.writers.extend(idle);
         self.writers.sort_by_key(|w| w.id);
         control(&self.opts.target.control, "revive").await?;
         let acked = self.writers.iter().map(Writer::acked).sum::<usize>() - acked_before;
-        self.acked += acked;
-        self.bytes_dropped += cut["bytes_dropped"].as_u64().unwrap_or(0);
-        self.torn += usize::from(cut["torn"].is_object());
+        self.count(acked, &answers, &cut);
+        judge_cycle(acked, &answers, &cut, &mut findings);
 
         // Restart and check.
         let restart_started = Instant::now();
-        let server = Server::start(
-            &self.opts.target.spec(),
-            &self.client,
-            &format!("cycle {cycle} restart"),
-        )
-        .await
-        .map_err(|e| format!("restart after the power cut ({}): {e}", describe_cut(&cut)))?;
+        let label = format!("cycle {cycle} restart");
+        let server = match Server::start(&self.opts.target.spec(), &self.client, &label).await {
+            Ok(server) => server,
+            Err(e) => {
+                findings.violation(
+                    Kind::ServerDied,
+                    format!("restart after the power cut ({}): {e}", cut::describe(&cut)),
+                );
+                let line = format!("cut {plan}: {}; no restart", cut::describe(&cut));
+                return Ok(Cycle { findings, line });
+            }
+        };
         let restart = restart_started.elapsed().as_secs_f64();
+        let base = server.base.clone();
         self.server = Some(server);
-        let base = self.server().base.clone();
-        let verified = verify(&self.client, &base, &live, &mut self.writers).await;
-        violations.extend(verified.violations);
+        let verified = verify(&self.client, &base, &live, &mut self.writers, READ_PATIENCE).await;
+        findings.extend(verified.violations);
         for old in &self.deleted {
-            match client::read_all(&self.client, &base, old).await {
-                Ok(None) => {}
-                Ok(Some(_)) => {
-                    violations.push(format!("stream {old}, deleted (acknowledged), is back"))
-                }
-                Err(e) => violations.push(format!("reading deleted stream {old}: {e}")),
+            let read = client::read_all(&self.client, &base, old).await;
+            match (read.bytes, read.cut_short) {
+                (None, _) => {}
+                (Some(_), None) => findings.violation(
+                    Kind::DeletedStreamBack,
+                    format!("stream {old}, deleted (acknowledged), is back"),
+                ),
+                (Some(_), Some(e)) => findings.violation(
+                    Kind::DeletedStreamBack,
+                    format!("stream {old}, deleted (acknowledged), is not gone: {e}"),
+                ),
             }
         }
         if let Some(status) = self.server.as_mut().and_then(Server::exited) {
-            violations.push(format!(
-                "the restarted server died while the streams were read back ({status}); its log ends:\n{}",
-                super::server::log_tail(&self.opts.target.log, 5)
-            ));
+            findings.violation(
+                Kind::ServerDied,
+                format!(
+                    "the restarted server died while the streams were read back ({status}); its log ends:\n{}",
+                    super::server::log_tail(&self.opts.target.log, 5)
+                ),
+            );
+            self.server = None;
         }
-        self.landed += verified.landed;
-        self.missing += verified.missing;
+        self.totals.landed += verified.landed;
+        self.totals.missing += verified.missing;
         let tiered = match client::tiered(&self.client, &base).await {
             Some((chunks, bytes)) => format!("; tiered {chunks} chunks, {} KiB", bytes / 1024),
             None => String::new(),
         };
         let line = format!(
-            "wrote {write_ms} ms, {acked} acked, in doubt {} landed / {} not; cut {}; restart {restart:.2}s; read back {} KiB{tiered}",
+            "wrote {write_ms} ms: {acked} acked, {} errors before the cut, {} after ({}); in doubt {} landed / {} not; cut {plan}: {}; restart {restart:.2}s; read back {} KiB{tiered}",
+            answers.errors_before,
+            answers.errors_after,
+            answers.summary(),
             verified.landed,
             verified.missing,
-            describe_cut(&cut),
+            cut::describe(&cut),
             verified.bytes / 1024
         );
-        Ok(Cycle { violations, line })
+        Ok(Cycle { findings, line })
+    }
+
+    fn count(&mut self, acked: usize, answers: &Answers, cut: &crate::model::CutReport) {
+        let t = &mut self.totals;
+        t.acked += acked;
+        t.errors_before += answers.errors_before;
+        t.errors_after += answers.errors_after;
+        t.bytes_dropped += cut.bytes_dropped;
+        t.written_dropped += cut.written_bytes_dropped;
+        t.torn += usize::from(cut.torn.is_some());
+    }
+}
+
+/// The rules that make a cycle a test: something acknowledged, something
+/// written lost by the cut, and a server that acknowledged at least as
+/// many appends as it refused before the cut.
+pub fn judge_cycle(
+    acked: usize,
+    answers: &Answers,
+    cut: &crate::model::CutReport,
+    findings: &mut Findings,
+) {
+    if acked == 0 {
+        findings.untested(
+            Untested::NoAcknowledgedAppend,
+            format!(
+                "no append was acknowledged, so the cut could lose nothing acknowledged (answers: {})",
+                answers.summary()
+            ),
+        );
+    }
+    if cut.written_bytes_dropped == 0 {
+        findings.untested(
+            Untested::NoDroppedBytes,
+            format!(
+                "the power cut dropped no written byte ({}): nothing written was waiting to be synced",
+                cut::describe(cut)
+            ),
+        );
+    }
+    if answers.refused_too_many() {
+        findings.violation(
+            Kind::RefusedAppends,
+            format!(
+                "before the power cut, {} appends were answered with errors and only {} acknowledged ({})",
+                answers.errors_before,
+                answers.ok_before,
+                answers.summary()
+            ),
+        );
     }
 }

@@ -1,6 +1,7 @@
-//! The server under test as a child process: started on a free port with
-//! its data directory on the mount, waited for until `/health` answers,
-//! and killed with SIGKILL. Its output goes to one log file for the run.
+//! The server under test as a child process: started on a free port (or a
+//! given address, for a cluster node) with its data directory on the
+//! mount, waited for until `/health` answers, and killed with SIGKILL.
+//! Its output goes to one log file for the run (per node in a cluster).
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -9,12 +10,16 @@ use std::time::{Duration, Instant};
 use reqwest::Client;
 use tokio::process::{Child, Command};
 
+use super::error::{HarnessError, Result};
+
 /// How long a (re)start, recovery included, may take.
 const START_TIMEOUT: Duration = Duration::from_secs(60);
 
 pub struct ServerSpec {
     pub binary: PathBuf,
     pub data_dir: PathBuf,
+    /// `HOST:PORT` to listen on; `None`: a free port on 127.0.0.1.
+    pub listen: Option<String>,
     /// Appended after `serve --data-dir D --listen A`.
     pub flags: Vec<String>,
     pub log: PathBuf,
@@ -31,6 +36,18 @@ fn free_port() -> std::io::Result<u16> {
         .port())
 }
 
+/// A free port on 127.0.0.1 whose next port is free too (a cluster node's
+/// Raft port is its HTTP port plus one).
+pub fn free_port_pair() -> std::io::Result<u16> {
+    for _ in 0..100 {
+        let port = free_port()?;
+        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+            return Ok(port);
+        }
+    }
+    Err(std::io::Error::other("no two free ports in a row"))
+}
+
 /// The last `n` lines of the server log, for error messages.
 pub fn log_tail(log: &Path, n: usize) -> String {
     let text = std::fs::read_to_string(log).unwrap_or_default();
@@ -40,14 +57,26 @@ pub fn log_tail(log: &Path, n: usize) -> String {
 
 impl Server {
     /// Starts the server and waits until `/health` answers 200.
-    pub async fn start(spec: &ServerSpec, client: &Client, label: &str) -> Result<Server, String> {
-        let port = free_port().map_err(|e| format!("finding a free port: {e}"))?;
-        let listen = format!("127.0.0.1:{port}");
+    pub async fn start(spec: &ServerSpec, client: &Client, label: &str) -> Result<Server> {
+        let mut server = Server::spawn(spec, label)?;
+        server.wait_healthy(client, &spec.log, label).await?;
+        Ok(server)
+    }
+
+    /// Starts the server without waiting for it.
+    pub fn spawn(spec: &ServerSpec, label: &str) -> Result<Server> {
+        let listen = match &spec.listen {
+            Some(listen) => listen.clone(),
+            None => {
+                let port = free_port().map_err(|e| HarnessError::io("finding a free port", e))?;
+                format!("127.0.0.1:{port}")
+            }
+        };
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(&spec.log)
-            .map_err(|e| format!("opening {}: {e}", spec.log.display()))?;
+            .map_err(|e| HarnessError::io(format!("opening {}", spec.log.display()), e))?;
         use std::io::Write;
         let _ = writeln!(
             &log,
@@ -68,7 +97,10 @@ impl Server {
             )
             .env("NO_COLOR", "1")
             .stdin(Stdio::null())
-            .stdout(log.try_clone().map_err(|e| e.to_string())?)
+            .stdout(
+                log.try_clone()
+                    .map_err(|e| HarnessError::io(format!("{}", spec.log.display()), e))?,
+            )
             .stderr(log)
             .kill_on_drop(true);
         // SAFETY: prctl is async-signal-safe; between fork and exec it
@@ -80,17 +112,29 @@ impl Server {
                 Ok(())
             });
         }
-        let mut child = command
-            .spawn()
-            .map_err(|e| format!("starting {}: {e}", spec.binary.display()))?;
-        let base = format!("http://{listen}");
+        let child = command.spawn().map_err(|source| HarnessError::Spawn {
+            binary: spec.binary.clone(),
+            source,
+        })?;
+        Ok(Server {
+            child,
+            base: format!("http://{listen}"),
+        })
+    }
+
+    /// Waits until `/health` answers 200 (`log`: the server's log, quoted
+    /// if it does not).
+    pub async fn wait_healthy(&mut self, client: &Client, log: &Path, label: &str) -> Result<()> {
         let started = Instant::now();
+        let child = &mut self.child;
+        let base = &self.base;
         loop {
             if let Ok(Some(status)) = child.try_wait() {
-                return Err(format!(
-                    "the server exited during start ({status}); its log ends:\n{}",
-                    log_tail(&spec.log, 15)
-                ));
+                return Err(HarnessError::ExitedAtStart {
+                    label: label.to_string(),
+                    status: status.to_string(),
+                    log_tail: log_tail(log, 15),
+                });
             }
             let health = client
                 .get(format!("{base}/health"))
@@ -98,14 +142,15 @@ impl Server {
                 .send()
                 .await;
             if health.is_ok_and(|r| r.status().is_success()) {
-                return Ok(Server { child, base });
+                return Ok(());
             }
             if started.elapsed() > START_TIMEOUT {
                 let _ = child.start_kill();
-                return Err(format!(
-                    "the server did not answer /health within {START_TIMEOUT:?}; its log ends:\n{}",
-                    log_tail(&spec.log, 15)
-                ));
+                return Err(HarnessError::NoHealth {
+                    label: label.to_string(),
+                    within: START_TIMEOUT,
+                    log_tail: log_tail(log, 15),
+                });
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }

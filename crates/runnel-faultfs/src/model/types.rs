@@ -3,7 +3,7 @@
 
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::{Errno, Ino};
 
@@ -66,7 +66,7 @@ pub struct Fault {
 }
 
 /// A torn write kept by a power cut.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Torn {
     pub path: String,
     pub offset: u64,
@@ -76,7 +76,7 @@ pub struct Torn {
 }
 
 /// What a power cut threw away.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct CutReport {
     /// File bytes the current image held that the durable one did not
     /// (zeros past a durable end do not count; a torn write's kept prefix
