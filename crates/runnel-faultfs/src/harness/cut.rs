@@ -1,9 +1,11 @@
 //! Cutting the power, through the control socket, at a moment when the
 //! cut loses something: at a write to a chosen path (that very write is
 //! never synced), or as soon as some written data is not durable yet.
-//! Either may keep a torn prefix of a write. A cut that finds nothing to
-//! lose within its patience cuts anyway, and its report says it dropped
-//! nothing, which fails the cycle ([`super::verdict::Untested::NoDroppedBytes`]).
+//! Either may keep a torn prefix of a write. A cut whose moment does not
+//! come falls back to the next write to any file, then to unsynced data;
+//! one that finds nothing to lose at all cuts anyway, and its report says
+//! it dropped nothing, which fails the cycle
+//! ([`super::verdict::Untested::NoDroppedBytes`]).
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -46,47 +48,84 @@ fn report_of(value: serde_json::Value) -> Result<CutReport> {
 
 /// Poll interval while waiting for the moment to cut.
 const POLL: Duration = Duration::from_millis(2);
+/// How long each fallback waits.
+const FALLBACK: Duration = Duration::from_secs(2);
 
 /// Cuts the power of the file system behind `socket` as `plan` says,
-/// waiting at most `patience` for the moment; the cut's report.
+/// waiting at most `patience` for the moment; the cut's report. If the
+/// moment does not come, the cut comes at the next write to any file
+/// (which is unsynced then), else as soon as written data is unsynced,
+/// else at once (and its report says it dropped nothing).
 pub async fn cut_power(socket: &Path, plan: &CutPlan, patience: Duration) -> Result<CutReport> {
-    let started = Instant::now();
     let torn = match plan {
         CutPlan::AtWrite { path, torn } => {
-            control(
-                socket,
-                &format!("power-cut-at-write {path}{}", torn_words(*torn)),
-            )
-            .await?;
-            while started.elapsed() < patience {
-                let stats = control(socket, "stats").await?;
-                if stats["alive"] == false {
-                    return report_of(stats["last_cut"].clone());
-                }
-                tokio::time::sleep(POLL).await;
-            }
-            // No such write came: disarm, and cut with data unsynced.
-            control(socket, "clear-faults").await?;
-            let stats = control(socket, "stats").await?;
-            if stats["alive"] == false {
-                return report_of(stats["last_cut"].clone());
+            if let Some(report) = at_write(socket, path, *torn, patience).await? {
+                return Ok(report);
             }
             *torn
         }
-        CutPlan::Unsynced { torn } => *torn,
+        CutPlan::Unsynced { torn } => {
+            if let Some(report) = if_unsynced(socket, *torn, patience).await? {
+                return Ok(report);
+            }
+            *torn
+        }
     };
-    let command = format!("power-cut-if-unsynced{}", torn_words(torn));
-    let deadline = started + patience.max(Duration::from_millis(500));
-    while Instant::now() < deadline {
-        let answer = control(socket, &command).await?;
-        if !answer.is_null() {
-            return report_of(answer);
+    if let Some(report) = at_write(socket, "/", torn, FALLBACK).await? {
+        return Ok(report);
+    }
+    if let Some(report) = if_unsynced(socket, torn, FALLBACK).await? {
+        return Ok(report);
+    }
+    report_of(control(socket, &format!("power-cut{}", torn_words(torn))).await?)
+}
+
+/// Arms a cut at the next write to a path containing `path`; `None` (and
+/// disarmed) if none comes within `patience`.
+async fn at_write(
+    socket: &Path,
+    path: &str,
+    torn: Option<u32>,
+    patience: Duration,
+) -> Result<Option<CutReport>> {
+    let started = Instant::now();
+    control(socket, &format!("power-cut-at-write {path}{}", torn_words(torn))).await?;
+    loop {
+        let stats = control(socket, "stats").await?;
+        if stats["alive"] == false {
+            return report_of(stats["last_cut"].clone()).map(Some);
+        }
+        if started.elapsed() >= patience {
+            break;
         }
         tokio::time::sleep(POLL).await;
     }
-    // Nothing written is waiting to be synced: cut anyway, and let the
-    // report say the cut dropped nothing.
-    report_of(control(socket, &format!("power-cut{}", torn_words(torn))).await?)
+    control(socket, "clear-faults").await?;
+    // It may have fired just before being disarmed.
+    let stats = control(socket, "stats").await?;
+    if stats["alive"] == false {
+        return report_of(stats["last_cut"].clone()).map(Some);
+    }
+    Ok(None)
+}
+
+/// Cuts as soon as written data is unsynced; `None` if none is within
+/// `patience`.
+async fn if_unsynced(
+    socket: &Path,
+    torn: Option<u32>,
+    patience: Duration,
+) -> Result<Option<CutReport>> {
+    let started = Instant::now();
+    let command = format!("power-cut-if-unsynced{}", torn_words(torn));
+    while started.elapsed() < patience {
+        let answer = control(socket, &command).await?;
+        if !answer.is_null() {
+            return report_of(answer).map(Some);
+        }
+        tokio::time::sleep(POLL).await;
+    }
+    Ok(None)
 }
 
 /// Short text for a power cut's report: bytes dropped (and of them

@@ -419,7 +419,10 @@ impl Run {
             tokio::time::sleep(delay).await;
         }
         setup.cutting.store(true, Ordering::Release);
-        let cut = cut::cut_power(&self.opts.control, &plan, Duration::from_secs(2)).await?;
+        // A giving node drops its copy once it learns it was removed,
+        // which takes it a couple of seconds.
+        let patience = Duration::from_secs(if plan == (CutPlan::Unsynced { torn }) { 1 } else { 6 });
+        let cut = cut::cut_power(&self.opts.control, &plan, patience).await?;
         Ok((pending, cut))
     }
 
