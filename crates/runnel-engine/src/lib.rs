@@ -93,9 +93,6 @@ pub enum EngineError {
     /// slow): writes wait until the tierer catches up.
     #[error("{untiered} bytes wait to be moved to the object store, more than the {cap} allowed; retry later")]
     TierBacklog { untiered: u64, cap: u64 },
-    /// Something this server cannot do yet in this configuration.
-    #[error("{0}")]
-    Unsupported(String),
 }
 
 impl EngineError {

@@ -303,22 +303,6 @@ impl Node {
     pub fn tiering(&self) -> Option<&Arc<Tiering>> {
         self.tiering.as_ref()
     }
-
-    /// Tiers what is due now on every group (without waiting for the
-    /// tierer's next pass), then recounts the backlog.
-    pub async fn tier_now(&self) -> Result<u64, String> {
-        let Some(tiering) = &self.tiering else {
-            return Ok(0);
-        };
-        let mut tiered = 0;
-        for group in &self.groups {
-            tiered += tier::uploader::pass(group.as_ref(), tiering, &self.log)
-                .await?
-                .bytes;
-        }
-        tier::uploader::count_totals(&self.groups, tiering);
-        Ok(tiered)
-    }
 }
 
 impl NodeEngine for Node {

@@ -226,7 +226,7 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
                 StatusCode::SERVICE_UNAVAILABLE
             }
         }
-        EngineError::CrossGroupFork | EngineError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
+        EngineError::CrossGroupFork => StatusCode::NOT_IMPLEMENTED,
         EngineError::Membership(_) => StatusCode::CONFLICT,
     };
     (status, reason)
