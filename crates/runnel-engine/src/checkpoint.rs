@@ -11,21 +11,18 @@
 //! points into them) are deleted: this is how deleted, expired and trimmed
 //! data leaves the disk. Segments that are mostly dead have their live
 //! bytes moved forward so that a later checkpoint can delete them (see
-//! [`crate::copy_forward`]).
+//! [`crate::copy_forward`]). The local engine's round (capture, store,
+//! collect, copy forward) is `node::checkpoint_and_collect`; this module
+//! holds the file format and the live-range set both engines collect by.
 //!
 //! File layout: `RNLCKPT1`, group count (u32), then per group its
 //! `applied_end` (u64), state length (u64) and state bytes, then a CRC32C
 //! (u32) of everything before it. All little-endian.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use runnel_core::checkpoint::CheckpointCapture;
 use runnel_core::StreamsState;
-use runnel_log::Log;
-
-use crate::copy_forward;
-use crate::local::{GroupCheckpoint, LocalGroup};
 
 const MAGIC: &[u8; 8] = b"RNLCKPT1";
 const FILE: &str = "checkpoint";
@@ -149,60 +146,6 @@ pub(crate) fn store(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
     drop(file);
     std::fs::rename(&tmp, path(dir))?;
     std::fs::File::open(dir)?.sync_all()
-}
-
-/// What a checkpoint did: the bytes it freed, and the file it wrote with
-/// each group's next deletion sequence number (for a backup of it).
-pub(crate) struct Checkpointed {
-    pub reclaimed: u64,
-    pub file: Vec<u8>,
-    pub doomed_next: Vec<u64>,
-}
-
-/// Writes a checkpoint of every group, then deletes the log segments it
-/// made unnecessary.
-pub(crate) fn checkpoint_and_collect(
-    dir: &Path,
-    groups: &[Arc<LocalGroup>],
-    log: &Log,
-) -> Result<Checkpointed, String> {
-    // A little more than the file that is there now.
-    let last = std::fs::metadata(path(dir)).map_or(0, |m| m.len() as usize);
-    let mut writer = FileWriter::with_capacity(groups.len(), last + last / 16);
-    let started = std::time::Instant::now();
-    let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint(&mut writer)).collect();
-    let file = writer.finish();
-    let encoded = started.elapsed();
-    store(dir, &file).map_err(|e| format!("writing the checkpoint: {e}"))?;
-    tracing::debug!(
-        bytes = file.len(),
-        encode_ms = encoded.as_millis() as u64,
-        store_ms = (started.elapsed() - encoded).as_millis() as u64,
-        "checkpoint stored"
-    );
-    let before = captured.iter().map(|g| g.applied_end).min().unwrap_or(0);
-    let live = LiveSet::new(
-        captured
-            .iter()
-            .flat_map(|g| g.live.iter().copied())
-            .collect(),
-    );
-    let reclaimed = log
-        .collect_segments(before, |base, end| live.touches(base, end))
-        .map_err(|e| format!("collecting segments: {e}"))?;
-    let moved = copy_forward::copy_forward(groups, &captured, log, before)?;
-    if moved.segments > 0 {
-        tracing::info!(
-            segments = moved.segments,
-            bytes = moved.bytes,
-            "moved the live bytes of sparse segments forward; the next checkpoint deletes them"
-        );
-    }
-    Ok(Checkpointed {
-        reclaimed,
-        file,
-        doomed_next: captured.iter().map(|g| g.doomed_next).collect(),
-    })
 }
 
 /// Log ranges holding live bytes, sorted, with the running maximum of

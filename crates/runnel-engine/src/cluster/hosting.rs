@@ -39,7 +39,7 @@ use std::time::Duration;
 use runnel_core::StreamsState;
 use runnel_log::Log;
 
-use crate::node::{write_file_durably, OpenError};
+use crate::datadir::{write_file_durably, OpenError};
 use crate::raft::group::RaftGroup;
 use crate::raft::journal::GroupLog;
 use crate::raft::snapshot;
@@ -47,7 +47,7 @@ use crate::raft::starter::RaftStarter;
 use crate::raft::state_machine::GroupShared;
 use crate::raft::transport::{http_addr, LeaderMembers, LeaderView, Transport};
 use crate::raft::{LogId, NodeId};
-use crate::MaintainedGroup;
+use crate::upkeep::MaintainedGroup;
 
 /// The file in a data directory that lists the groups this node left.
 pub const LEFT_FILE: &str = "left-groups";

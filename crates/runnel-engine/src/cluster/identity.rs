@@ -8,7 +8,7 @@
 //! in `DATA_DIR/cluster-id`, and a node that joins with `--join` writes it
 //! there before it opens its groups, so it knows the id from its first
 //! connection on. Two nodes that know different ids do not talk: the
-//! Raft transport's hello ([`Identity::admits`]) refuses the connection,
+//! Raft transport's hello ([`PeerIdentity::admits`]) refuses the connection,
 //! and `runnel ctl node add` and `--join` refuse the node. A node that
 //! knows no id yet (a new cluster still forming, or a node that lost its
 //! disk) is let in; what it applies names it.
@@ -29,10 +29,12 @@ use std::time::Duration;
 use rand::RngCore;
 use runnel_core::{Applied, Command};
 
-use crate::node::{write_file_durably, OpenError};
+use crate::api::GroupEngine;
+use crate::datadir::{write_file_durably, OpenError};
 use crate::raft::group::RaftGroup;
 use crate::raft::runtime::RaftRng;
-use crate::{GroupEngine, MaintainedGroup};
+use crate::raft::transport::PeerIdentity;
+use crate::upkeep::MaintainedGroup;
 
 pub use runnel_core::cluster_meta::validate;
 
@@ -107,64 +109,14 @@ impl Identity {
         }))
     }
 
-    /// Node `node_id`'s identity, knowing `id` (or none), keeping its
-    /// files in `data_dir` (tests).
-    #[cfg(test)]
-    pub(crate) fn of(node_id: u64, id: Option<&str>, data_dir: &Path) -> Arc<Identity> {
-        let known = OnceLock::new();
-        if let Some(id) = id {
-            known.set(id.to_string()).expect("set once");
-        }
-        Arc::new(Identity {
-            node_id,
-            known,
-            data_dir: data_dir.to_path_buf(),
-            removed: AtomicBool::new(false),
-        })
-    }
-
-    /// This node's id.
-    pub fn node_id(&self) -> u64 {
-        self.node_id
-    }
-
     /// Whether a peer told this node it was removed for good.
     pub fn removed(&self) -> bool {
         self.removed.load(Ordering::Relaxed)
     }
 
-    /// A peer refused this node as removed for good: marks the data
-    /// directory so that it does not start again (see the module docs).
-    pub fn mark_removed(&self, by: &str) {
-        if self.removed.swap(true, Ordering::Relaxed) {
-            return;
-        }
-        tracing::error!(
-            node_id = self.node_id,
-            peer = by,
-            "this node was removed from the cluster for good; it will not start again on \
-             this data directory"
-        );
-        let note = format!("removed; refused by {by}\n");
-        if let Err(e) = write_file_durably(&self.data_dir, REMOVED_FILE, &note) {
-            tracing::error!(error = %e, "marking the data directory as removed failed");
-        }
-    }
-
     /// The cluster id, once this node knows it.
     pub fn get(&self) -> Option<&str> {
         self.known.get().map(String::as_str)
-    }
-
-    /// Whether a peer that says it belongs to cluster `theirs` (`None`:
-    /// it knows no id yet) may talk to this node.
-    pub fn admits(&self, theirs: Option<&str>) -> Result<(), String> {
-        match (self.get(), theirs) {
-            (Some(mine), Some(theirs)) if mine != theirs => Err(format!(
-                "this node belongs to cluster {mine:?}, the peer to cluster {theirs:?}"
-            )),
-            _ => Ok(()),
-        }
     }
 
     /// Takes the id the control group applied, keeping it in the data
@@ -183,6 +135,37 @@ impl Identity {
             keep(&self.data_dir, applied)?;
         }
         Ok(())
+    }
+}
+
+/// The transport's view of this node: its hello names the node and the
+/// cluster id, and a peer's refusal as removed for good marks the data
+/// directory.
+impl PeerIdentity for Identity {
+    fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    fn cluster_id(&self) -> Option<&str> {
+        self.get()
+    }
+
+    /// Marks the data directory so that it does not start again (see the
+    /// module docs).
+    fn mark_removed(&self, by: &str) {
+        if self.removed.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        tracing::error!(
+            node_id = self.node_id,
+            peer = by,
+            "this node was removed from the cluster for good; it will not start again on \
+             this data directory"
+        );
+        let note = format!("removed; refused by {by}\n");
+        if let Err(e) = write_file_durably(&self.data_dir, REMOVED_FILE, &note) {
+            tracing::error!(error = %e, "marking the data directory as removed failed");
+        }
     }
 }
 
@@ -250,6 +233,7 @@ mod tests {
         assert!(!identity.removed());
         identity.mark_removed("127.0.0.1:5002");
         assert!(identity.removed());
+        assert!(dir.path().join(REMOVED_FILE).exists());
         let refused = Identity::load(dir.path(), 3, None).expect_err("removed");
         assert!(
             refused
@@ -264,13 +248,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let fresh = Identity::load(dir.path(), 1, None).expect("loads");
         assert_eq!(fresh.get(), None);
-        assert_eq!(fresh.admits(Some("a")), Ok(()));
+        assert!(fresh.admits(Some("a")).is_ok());
         fresh.adopt("prod").expect("adopts");
         assert_eq!(fresh.get(), Some("prod"));
         assert_eq!(read_kept(dir.path()), Ok(Some("prod".into())));
         assert!(fresh.admits(Some("other")).is_err());
-        assert_eq!(fresh.admits(Some("prod")), Ok(()));
-        assert_eq!(fresh.admits(None), Ok(()));
+        assert!(fresh.admits(Some("prod")).is_ok());
+        assert!(fresh.admits(None).is_ok());
 
         let reopened = Identity::load(dir.path(), 1, Some("prod")).expect("same id");
         assert_eq!(reopened.get(), Some("prod"));

@@ -23,16 +23,19 @@ use std::time::Duration;
 
 use openraft::error::ClientWriteError;
 use openraft::{BasicNode, ChangeMembers};
-use serde::Serialize;
+
+pub use crate::api::{MemberChange, MemberReport};
 
 use super::hosting::Hosting;
 use super::ClusterNode;
+use crate::api::GroupEngine;
 use crate::control::CONTROL_GROUP;
+use crate::error::EngineError;
 use crate::raft::group::RaftGroup;
 use crate::raft::transfer::{follower_within, transfer, NEARLY_CAUGHT_UP};
 use crate::raft::transport::{raft_addr, PeerQueries, Transport};
 use crate::raft::NodeId;
-use crate::{EngineError, GroupEngine, MaintainedGroup};
+use crate::upkeep::MaintainedGroup;
 use runnel_core::{Applied, Command};
 
 /// How long a new member may take to catch up before the command gives
@@ -44,50 +47,6 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 /// How long a retirement waits for this node to see the node gone from
 /// every group.
 const RETIRE_WAIT: Duration = Duration::from_secs(5);
-
-/// A change to one group's membership.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MemberChange {
-    /// `node`, serving HTTP at `http_addr` (Raft on the next port),
-    /// becomes a voter.
-    Add { node: NodeId, http_addr: String },
-    /// `node` leaves the group.
-    Remove { node: NodeId },
-    /// `node`, serving HTTP at `http_addr`, follows the group as a
-    /// learner: it applies the group's entries without voting (a change
-    /// to the control group only, whose voters are five at most).
-    Learn { node: NodeId, http_addr: String },
-    /// `node`, a voter, becomes a learner (a change to the control group
-    /// only).
-    Demote { node: NodeId },
-    /// `node`, a member of no group any more, is removed from the cluster
-    /// for good (a change to the control group only).
-    Retire { node: NodeId },
-    /// The cluster's data groups are to have `factor` replicas each (a
-    /// change to the control group only; the replicas move after).
-    SetReplication { factor: u32 },
-    /// `node`, a voter, is to lead the group (a leadership transfer:
-    /// see [`crate::raft::transfer`]).
-    Lead { node: NodeId },
-    /// If `node` leads the group, another voter is to (before `node`'s
-    /// replica moves away).
-    LeadAway { node: NodeId },
-    /// Each listed group `(group, node)` should be led by `node` (a
-    /// change to the control group only; see [`super::leaders`]).
-    PreferLeaders { leaders: Vec<(u32, NodeId)> },
-}
-
-/// A group's membership after a change.
-#[derive(Debug, Clone, Serialize)]
-pub struct MemberReport {
-    pub group: u32,
-    pub voters: Vec<NodeId>,
-    pub learners: Vec<NodeId>,
-    /// The group's leader as this node knows it after the change.
-    pub leader: Option<NodeId>,
-    /// False when the group already was as asked.
-    pub changed: bool,
-}
 
 impl ClusterNode {
     /// Applies `change` to group `group`, which this node must lead.

@@ -31,26 +31,32 @@ use runnel_core::{Applied, Command, StreamsState};
 use runnel_log::Log;
 
 use crate::activity::Activity;
+use crate::api::LiveNamed;
+use crate::api::{BoxFuture, GroupEngine, NodeEngine, Route};
+use crate::config::EngineConfig;
 use crate::control::{self, Control};
+use crate::datadir::{check_meta, open_log, refuse_collected_log_without_checkpoint, OpenError};
+use crate::error::EngineError;
 use crate::history;
-use crate::node::{
-    check_meta, open_log, refuse_collected_log_without_checkpoint, EngineConfig, OpenError,
-};
+use crate::metrics::{NodeMetrics, PeerMetrics};
 use crate::placement;
-use crate::raft::collect::Collector;
 use crate::raft::group::RaftGroup;
 use crate::raft::journal::{Durability, GroupLog};
 use crate::raft::starter::RaftStarter;
 use crate::raft::state_machine::{AppliedPoint, GroupShared, Persisted};
-use crate::raft::transport::{raft_addr, Links, PeerQueries, Served, TcpTransport, Transport};
+use crate::raft::transport::{
+    raft_addr, Links, PeerIdentity, PeerQueries, Served, TcpTransport, Transport,
+};
 use crate::raft::vote_guard::VoteGuard;
-use crate::raft::{rebalance, snapshot, NodeId};
+use crate::raft::{snapshot, NodeId};
 use crate::tier::{self, GroupTier, Tiering};
+use crate::upkeep::{self, MaintainedGroup};
 use crate::view::GroupView;
-use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
+use collect::Collector;
 use hosting::Hosting;
 use identity::Identity;
 
+mod collect;
 mod control_voters;
 mod formation;
 pub mod hosting;
@@ -59,6 +65,7 @@ mod joint;
 mod leaders;
 pub mod membership;
 mod reads;
+mod rebalance;
 mod recovery;
 mod replication;
 mod report;
@@ -134,11 +141,13 @@ pub struct ClusterNode {
     peers_asked: Arc<dyn PeerQueries>,
     /// The groups as peers are answered, with this node's vote guard.
     served: Arc<Served>,
+    /// The cluster this node belongs to ([`identity`]).
+    identity: Arc<Identity>,
     /// A leader that has heard from no quorum for this long may be cut
     /// off: the node is not ready (`/ready`).
     quorum_silence: Duration,
     /// Raft RPC figures per peer, for `/metrics`.
-    peer_metrics: Box<dyn Fn() -> Vec<crate::metrics::PeerMetrics> + Send + Sync>,
+    peer_metrics: Box<dyn Fn() -> Vec<PeerMetrics> + Send + Sync>,
     data_dir: std::path::PathBuf,
     /// The groups this node left, and their leaders when it holds none.
     hosting: Arc<Hosting>,
@@ -177,7 +186,11 @@ impl ClusterNode {
             config.cluster_id.as_deref(),
         )?;
         let transport = TcpTransport {
-            links: Arc::new(Links::new(peers, config.tls.clone(), Arc::clone(&identity))),
+            links: Arc::new(Links::new(
+                peers,
+                config.tls.clone(),
+                Arc::clone(&identity) as Arc<dyn PeerIdentity>,
+            )),
             listen: raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?,
             tls: config.tls.clone(),
         };
@@ -348,16 +361,16 @@ impl ClusterNode {
             shares.push(shared);
         }
 
-        let served = Arc::new(Served {
-            rafts: groups.iter().map(|g| g.raft_slot().clone()).collect(),
-            views: groups.iter().map(|g| g.view().clone()).collect(),
-            votes: VoteGuard::new(groups.len()),
-            identity: Arc::clone(&identity),
-            retired: {
+        let served = Arc::new(Served::new(
+            groups.iter().map(|g| g.raft_slot().clone()).collect(),
+            groups.iter().map(|g| g.view().clone()).collect(),
+            VoteGuard::new(groups.len()),
+            Arc::clone(&identity) as Arc<dyn PeerIdentity>,
+            {
                 let control = Arc::clone(&groups[control::CONTROL_GROUP]);
                 Box::new(move |node| control.view().with_state(|s| s.is_retired(node)))
             },
-        });
+        ));
         let mut tasks = transport.serve(Arc::clone(&served)).await?;
 
         let ids: Vec<NodeId> = members.keys().copied().collect();
@@ -386,7 +399,7 @@ impl ClusterNode {
         )));
         tasks.push(tokio::spawn(identity::name_the_cluster(
             Arc::clone(&groups[control::CONTROL_GROUP]),
-            identity,
+            Arc::clone(&identity),
         )));
         tasks.push(tokio::spawn(replication::record_initial(
             Arc::clone(&groups[control::CONTROL_GROUP]),
@@ -467,6 +480,7 @@ impl ClusterNode {
             collector,
             peers_asked,
             served,
+            identity,
             quorum_silence: config.election_timeout.1 * 2,
             peer_metrics: {
                 let transport = Arc::clone(&transport);
@@ -485,7 +499,7 @@ impl ClusterNode {
     pub(crate) fn votes_in_every_group(&self) -> bool {
         self.groups
             .iter()
-            .all(|g| !self.served.votes.refuses(g.index(), &g.raft()))
+            .all(|g| !self.served.votes().refuses(g.index(), &g.raft()))
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -494,7 +508,7 @@ impl ClusterNode {
 
     /// The cluster's id, once this node knows it ([`identity`]).
     pub fn cluster_id(&self) -> Option<&str> {
-        self.served.identity.get()
+        self.identity.get()
     }
 
     pub fn groups(&self) -> &[Arc<RaftGroup>] {
@@ -636,7 +650,7 @@ impl NodeEngine for ClusterNode {
         if let Some(reason) = self.write_failure() {
             return Some(format!("storage failed: {reason}"));
         }
-        if self.served.identity.removed() {
+        if self.identity.removed() {
             return Some("this node was removed from the cluster for good".into());
         }
         for group in &self.groups {
@@ -650,7 +664,7 @@ impl NodeEngine for ClusterNode {
                 }
                 continue;
             }
-            if self.served.votes.refuses(index, &group.raft()) {
+            if self.served.votes().refuses(index, &group.raft()) {
                 return Some(format!("group {index}: catching up after losing its state"));
             }
             let metrics = group.raft().metrics().borrow().clone();
@@ -738,7 +752,7 @@ impl NodeEngine for ClusterNode {
         self.holds(self.group_for(name))
     }
 
-    fn live_named<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, crate::LiveNamed> {
+    fn live_named<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, LiveNamed> {
         Box::pin(self.live_named_in_groups(names))
     }
 
@@ -757,10 +771,10 @@ impl NodeEngine for ClusterNode {
     }
 
     fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
-        crate::take_released_pins(&self.groups)
+        upkeep::take_released_pins(&self.groups)
     }
 
-    fn metrics(&self) -> crate::NodeMetrics {
+    fn metrics(&self) -> NodeMetrics {
         self.report_metrics()
     }
 

@@ -24,8 +24,11 @@ use super::read_barrier::ReadBarrier;
 use super::starter::RaftSlot;
 use super::transfer::mute::MutedPeers;
 use super::{AppRequest, NodeId, Raft};
+use crate::api::{BoxFuture, GroupEngine};
+use crate::error::EngineError;
+use crate::metrics::GroupMetrics;
+use crate::upkeep::{propose_with_expiry, MaintainedGroup};
 use crate::view::{delegate_reads_to_view, GroupView};
-use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
 
 pub struct RaftGroup {
     index: u32,
@@ -131,10 +134,10 @@ impl RaftGroup {
     /// The group's figures for `/metrics`, from Raft's own metrics (not
     /// [`RaftGroup::status`]: that also digests the whole state, too much
     /// for every scrape). `votes`: whether this node votes in it.
-    pub fn metrics(&self, votes: bool) -> crate::GroupMetrics {
+    pub fn metrics(&self, votes: bool) -> GroupMetrics {
         let m = self.raft.get().metrics().borrow().clone();
         let last = m.last_log_index.unwrap_or(0);
-        crate::GroupMetrics {
+        GroupMetrics {
             group: self.index,
             leader: m.current_leader,
             is_leader: m.current_leader == Some(self.node_id),

@@ -26,11 +26,9 @@
 // our helpers return what the traits do.
 #![allow(clippy::result_large_err)]
 
-pub(crate) mod collect;
 pub mod group;
 pub(crate) mod journal;
 pub(crate) mod read_barrier;
-pub(crate) mod rebalance;
 pub mod runtime;
 pub(crate) mod snapshot;
 pub mod starter;

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use super::starter::RaftSlot;
 use super::NodeId;
-use crate::EngineError;
+use crate::error::EngineError;
 
 type Waiter = oneshot::Sender<Result<(), EngineError>>;
 

@@ -172,37 +172,6 @@ pub fn decode_transfer(bytes: &[u8]) -> Result<Transfer<'_>, String> {
     Ok(Transfer { state, ranges })
 }
 
-/// Maps sender positions to receiver positions, range by range.
-pub struct Relocation {
-    /// (sender start, length, receiver start), sorted by sender start.
-    moved: Vec<(u64, u64, u64)>,
-}
-
-impl Relocation {
-    pub fn new(mut moved: Vec<(u64, u64, u64)>) -> Relocation {
-        moved.sort_unstable();
-        Relocation { moved }
-    }
-
-    /// Where the byte the sender held at `loc` now lies. References always
-    /// fall inside a copied range (the ranges are the state's own).
-    pub fn map(&self, loc: u64) -> u64 {
-        self.moved_to(loc).unwrap_or_else(|| {
-            debug_assert!(false, "position {loc} is in no copied range");
-            loc
-        })
-    }
-
-    /// Where the byte at `loc` was copied to, if it was.
-    pub fn moved_to(&self, loc: u64) -> Option<u64> {
-        let idx = self.moved.partition_point(|(from, _, _)| *from <= loc);
-        match idx.checked_sub(1).map(|i| self.moved[i]) {
-            Some((from, len, to)) if loc < from + len.max(1) => Some(to + (loc - from)),
-            _ => None,
-        }
-    }
-}
-
 /// Decodes a state from a snapshot file or transfer.
 pub fn decode_state(bytes: &[u8]) -> Result<StreamsState, String> {
     StreamsState::decode_checkpoint(bytes).map_err(|e| format!("snapshot state: {e}"))
@@ -211,6 +180,7 @@ pub fn decode_state(bytes: &[u8]) -> Result<StreamsState, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::copy_forward::Relocation;
 
     #[test]
     fn transfer_round_trips_and_relocation_maps_inside_ranges() {

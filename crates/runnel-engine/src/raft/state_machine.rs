@@ -19,11 +19,13 @@ use openraft::{
 use runnel_core::Entry;
 
 use super::journal::{Durability, GroupLog};
-use super::snapshot::{self, FileHeader, Relocation, SnapshotFile};
+use super::snapshot::{self, FileHeader, SnapshotFile};
 use super::{
     kind, storage_error, ApplyOutcome, LogId, NodeId, RaftEntry, StorageError, TypeConfig,
     RECORD_PREFIX,
 };
+use crate::clock::now_ms;
+use crate::copy_forward::Relocation;
 use crate::view::GroupView;
 
 type Membership = StoredMembership<NodeId, BasicNode>;
@@ -382,7 +384,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let meta = SnapshotMeta {
             last_log_id: point.last,
             last_membership: point.membership,
-            snapshot_id: format!("{}-{}", point.last.map_or(0, |l| l.index), crate::now_ms()),
+            snapshot_id: format!("{}-{}", point.last.map_or(0, |l| l.index), now_ms()),
         };
         let file = SnapshotFile {
             header: FileHeader {

@@ -17,7 +17,8 @@ use runnel_tier::{CheckpointId, ObjectPath, TierStore};
 
 use super::Tiering;
 use crate::checkpoint::{self, FileWriter};
-use crate::now_ms;
+use crate::clock::now_ms;
+use crate::config::EngineConfig;
 
 /// Backups kept in the store.
 const KEEP: usize = 2;
@@ -126,10 +127,7 @@ pub async fn restore(
 /// Before a single node opens: restores its data directory from the
 /// object store when asked to (`force`, refused over existing data), or
 /// when the directory holds no data and the store holds a backup.
-pub async fn restore_node(
-    config: &crate::EngineConfig,
-    force: bool,
-) -> Result<Option<Restored>, String> {
+pub async fn restore_node(config: &EngineConfig, force: bool) -> Result<Option<Restored>, String> {
     let Some(tier) = &config.tier else {
         return if force {
             Err("--restore needs an object store (--object-store)".into())

@@ -23,7 +23,8 @@ use runnel_tier::names::{group_prefix, GROUP_AREAS};
 use runnel_tier::ObjectId;
 
 use super::{chunk_id, snapshot_id, Tiering};
-use crate::{now_ms, MaintainedGroup};
+use crate::clock::now_ms;
+use crate::upkeep::MaintainedGroup;
 
 /// Deletion passes at most this often.
 const PASS: Duration = Duration::from_secs(2);

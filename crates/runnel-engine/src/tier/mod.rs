@@ -26,7 +26,8 @@ use runnel_core::{ColdChunk, StreamId};
 use runnel_tier::{BlockCache, Layout, ObjectId, ObjectKind, StoreConfig, TierStore, Writer};
 use tokio::sync::Notify;
 
-use crate::EngineError;
+use crate::error::EngineError;
+use crate::metrics::TierMetrics;
 
 /// How a node tiers.
 #[derive(Debug, Clone)]
@@ -187,12 +188,12 @@ impl Tiering {
 
     /// The status document's `tiering` section.
     /// The figures `/metrics` shows.
-    pub fn metrics(&self) -> crate::TierMetrics {
+    pub fn metrics(&self) -> TierMetrics {
         let s = &self.stats;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let store = &self.store.stats;
         let cache = &self.cache.stats;
-        crate::TierMetrics {
+        TierMetrics {
             untiered_bytes: load(&s.untiered_bytes),
             tiered_bytes: load(&s.tiered_bytes),
             backlog_full: self.over_backlog().is_some(),

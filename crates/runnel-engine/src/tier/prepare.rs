@@ -16,8 +16,8 @@
 use runnel_core::{Command, CoreError, ForkFrom, TieredView};
 
 use super::reader;
+use crate::error::EngineError;
 use crate::view::GroupView;
-use crate::EngineError;
 
 /// The command to propose for `command`: checked, and with fork
 /// sub-offsets resolved to positions.

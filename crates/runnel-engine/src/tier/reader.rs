@@ -14,8 +14,9 @@ use runnel_core::{
 use runnel_tier::{Footer, Layout, ObjectPath as Path};
 
 use super::{chunk_id, layout, read_failed, GroupTier};
+use crate::api::ReadResult;
+use crate::error::EngineError;
 use crate::view::GroupView;
-use crate::{EngineError, ReadResult};
 
 fn no_store() -> EngineError {
     EngineError::Tier(

@@ -35,7 +35,9 @@ use runnel_log::Log;
 use runnel_tier::{ChunkBuilder, ObjectId, ObjectKind, TierError, Writer};
 
 use super::Tiering;
-use crate::{now_ms, EngineError, MaintainedGroup};
+use crate::clock::now_ms;
+use crate::error::EngineError;
+use crate::upkeep::MaintainedGroup;
 
 /// Runs the tierer over `groups` until aborted.
 pub(crate) async fn run<G: MaintainedGroup + ?Sized>(

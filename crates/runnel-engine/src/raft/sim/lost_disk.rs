@@ -16,11 +16,11 @@ use std::time::Duration;
 use runnel_core::{Applied, ReadFrom};
 
 use super::{append_text, converge, create_text, run_simulated, seeds, Sim, NODES};
+use crate::api::NodeEngine;
 use crate::cluster::ClusterNode;
 use crate::placement::stream_group;
 use crate::raft::runtime::seed_thread_rng;
 use crate::raft::vote_guard::OwnCopy;
-use crate::NodeEngine;
 
 const NAME: &str = "lost-disk";
 

@@ -25,10 +25,11 @@ use rand::{Rng, SeedableRng};
 use super::{at, check, converge, run_every_seed, Sim, Workload, CALM, NODES};
 use crate::cluster::membership::{MemberChange, MemberReport};
 use crate::cluster::ClusterNode;
+use crate::error::EngineError;
 use crate::raft::runtime::seed_thread_rng;
 use crate::raft::transport::raft_addr;
 use crate::raft::NodeId;
-use crate::{EngineError, MaintainedGroup};
+use crate::upkeep::MaintainedGroup;
 
 /// The node that joins (index; its id is one more).
 const JOINER: usize = NODES as usize;

@@ -59,12 +59,12 @@ use runnel_history::check::{AppendOp, History, Micros, ReadKind, ReadOp};
 use runnel_history::record::payload;
 
 use self::net::{SimNet, SimTransport};
+use crate::api::{NodeEngine, Route};
 use crate::cluster::identity::Identity;
 use crate::cluster::{ClusterConfig, ClusterNode};
 use crate::node::EngineConfig;
 use crate::placement::stream_group;
 use crate::raft::runtime::seed_thread_rng;
-use crate::{NodeEngine, Route};
 
 const NODES: u64 = 3;
 const STREAMS: usize = 3;

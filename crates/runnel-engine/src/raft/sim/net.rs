@@ -17,11 +17,11 @@ use openraft::BasicNode;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use crate::api::BoxFuture;
 use crate::metrics::PeerMetrics;
 use crate::node::OpenError;
 use crate::raft::transport::{LeaderView, ListRequest, PeerGroup, Served, Transport};
 use crate::raft::{NodeId, Raft, TypeConfig};
-use crate::BoxFuture;
 use runnel_core::listing::Listed;
 
 pub struct SimNet {
@@ -91,24 +91,19 @@ impl SimNet {
         Some(Duration::from_micros(state.rng.gen_range(100..=max * 1000)))
     }
 
+    /// What `node` answers its peers with, while it runs.
+    fn served(&self, node: NodeId) -> Option<Arc<Served>> {
+        self.lock().nodes.get(&node).cloned()
+    }
+
     fn raft(&self, node: NodeId, group: u32) -> Option<Raft> {
-        self.lock()
-            .nodes
-            .get(&node)?
-            .rafts
-            .get(group as usize)
-            .map(|slot| slot.get())
+        self.served(node)?.raft(group)
     }
 
     /// Whether `node` would refuse a vote in `group` now (see
     /// [`crate::raft::vote_guard`]).
     fn refuses_vote(&self, node: NodeId, group: u32) -> bool {
-        let served = self.lock().nodes.get(&node).cloned();
-        served.is_some_and(|s| {
-            s.rafts
-                .get(group as usize)
-                .is_some_and(|slot| s.votes.refuses(group, &slot.get()))
-        })
+        self.served(node).is_some_and(|s| s.refuses_vote(group))
     }
 
     /// A request and its answer across the network, within `ttl`.
@@ -154,13 +149,13 @@ pub struct SimTransport {
 }
 
 impl SimTransport {
-    /// `node`'s copy of `group`, if the network lets this node reach it.
-    fn reach(&self, node: NodeId, group: u32) -> Result<Raft, String> {
+    /// What `node` answers with, if the network lets this node reach it.
+    fn reach(&self, node: NodeId) -> Result<Arc<Served>, String> {
         if self.net.leg(self.me, node).is_none() {
             return Err(format!("node {node} is unreachable"));
         }
         self.net
-            .raft(node, group)
+            .served(node)
             .ok_or_else(|| format!("node {node} is down"))
     }
 }
@@ -204,10 +199,7 @@ impl Transport for SimTransport {
     }
 
     fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>> {
-        Box::pin(async move {
-            let raft = self.reach(leader, group)?;
-            crate::raft::transport::leader_read_index(&raft).await
-        })
+        Box::pin(async move { self.reach(leader)?.read_index(group).await })
     }
 
     fn peer_ids(&self) -> Vec<NodeId> {
@@ -226,38 +218,19 @@ impl Transport for SimTransport {
         group: u32,
         request: &'a ListRequest,
     ) -> BoxFuture<'a, Result<Vec<Listed>, String>> {
-        Box::pin(async move {
-            let raft = self.reach(leader, group)?;
-            let served = self.net.lock().nodes.get(&leader).cloned();
-            let served = served.ok_or_else(|| format!("node {leader} is down"))?;
-            let view = served.views.get(group as usize).ok_or("no such group")?;
-            crate::raft::transport::leader_listing(&raft, view, request).await
-        })
+        Box::pin(async move { self.reach(leader)?.list(group, request).await })
     }
 
     fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>> {
-        Box::pin(async move {
-            let raft = self.reach(node, group)?;
-            Ok(LeaderView::of(&raft))
-        })
+        Box::pin(async move { self.reach(node)?.leader_view(group) })
     }
 
     fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            let raft = self.reach(node, group)?;
-            if self.net.refuses_vote(node, group) {
-                return Err(crate::raft::vote_guard::REFUSAL.into());
-            }
-            crate::raft::transfer::on_handoff(&raft, role);
-            Ok(())
-        })
+        Box::pin(async move { self.reach(node)?.handoff(group, role) })
     }
 
     fn probe(&self, node: NodeId, group: u32) -> BoxFuture<'_, Option<PeerGroup>> {
-        Box::pin(async move {
-            let raft = self.reach(node, group).ok()?;
-            Some(PeerGroup::of(&raft).await)
-        })
+        Box::pin(async move { self.reach(node).ok()?.probe(group).await.ok() })
     }
 
     fn probe_peers(&self, group: u32) -> BoxFuture<'_, PeerGroup> {
@@ -268,8 +241,10 @@ impl Transport for SimTransport {
                 if self.net.leg(self.me, peer).is_none() {
                     continue;
                 }
-                if let Some(raft) = self.net.raft(peer, group) {
-                    all = all.any(PeerGroup::of(&raft).await);
+                if let Some(served) = self.net.served(peer) {
+                    if let Ok(copy) = served.probe(group).await {
+                        all = all.any(copy);
+                    }
                 }
             }
             all

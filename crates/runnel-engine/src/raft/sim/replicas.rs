@@ -26,11 +26,12 @@ use rand::{Rng, SeedableRng};
 
 use super::membership::{bounce, change_group, changed};
 use super::{at, check, converge, run_every_seed, Sim, Workload, CALM, NODES};
+use crate::api::{NodeEngine, Route};
 use crate::cluster::membership::MemberChange;
 use crate::raft::runtime::seed_thread_rng;
 use crate::raft::transport::raft_addr;
 use crate::raft::NodeId;
-use crate::{MaintainedGroup, NodeEngine, Route};
+use crate::upkeep::MaintainedGroup;
 
 /// The node that starts with no group (index; its id is one more).
 const NEWCOMER: usize = NODES as usize;

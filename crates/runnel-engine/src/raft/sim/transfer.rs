@@ -21,7 +21,7 @@ use crate::cluster::membership::MemberChange;
 use crate::placement::stream_group;
 use crate::raft::runtime::seed_thread_rng;
 use crate::raft::NodeId;
-use crate::MaintainedGroup;
+use crate::upkeep::MaintainedGroup;
 
 /// Transfers of each data group on the calm network.
 const CALM_ROUNDS: usize = 4;

@@ -10,9 +10,9 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::{
-    hello, leader_read_index, read_frame, response_frame, status_frame, write_frames, PeerGroup,
-    Served, CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_LIST,
-    KIND_PROBE, KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
+    hello, read_frame, response_frame, status_frame, write_frames, Served, CONNECT_TIMEOUT,
+    KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_LIST, KIND_PROBE, KIND_READ_INDEX,
+    KIND_SNAPSHOT, KIND_VOTE,
 };
 use crate::raft::vote_guard::REFUSAL;
 use crate::raft::{NodeId, TypeConfig};
@@ -65,7 +65,7 @@ pub(super) async fn serve_connection(
     let Ok(first) = read_frame(&mut reader).await else {
         return;
     };
-    let (status, body) = hello::answer(&served.identity, &*served.retired, &first);
+    let (status, body) = hello::answer(&*served.identity, &*served.retired, &first);
     if status != 1 {
         let reason = String::from_utf8_lossy(&body).into_owned();
         tracing::warn!(%reason, "raft connection refused");
@@ -122,7 +122,7 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
         KIND_HANDOFF => {
             PeerRequest::Handoff(*body.first().ok_or("a handover request without a role")?)
         }
-        KIND_HELLO => PeerRequest::Hello(hello::decode(body)?),
+        KIND_HELLO => PeerRequest::Hello(hello::decode(body).map_err(|e| e.to_string())?),
         KIND_LEADER => PeerRequest::Leader,
         KIND_LIST => PeerRequest::List(bincode::deserialize(body).map_err(bad)?),
         other => return Err(format!("unknown raft request kind {other}")),
@@ -130,26 +130,20 @@ pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
 }
 
 async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, String> {
-    let raft = &served
-        .rafts
-        .get(group as usize)
-        .ok_or_else(|| format!("this node has no group {group}"))?
-        .get();
-    let refuses = || served.votes.refuses(group, raft);
+    let raft = served
+        .raft(group)
+        .ok_or_else(|| format!("this node has no group {group}"))?;
     let encoded = match decode_request(kind, body)? {
         PeerRequest::Append(request) => bincode::serialize(&raft.append_entries(request).await),
-        PeerRequest::Vote(_) | PeerRequest::Handoff(_) if refuses() => return Err(REFUSAL.into()),
+        PeerRequest::Vote(_) if served.refuses_vote(group) => return Err(REFUSAL.into()),
         PeerRequest::Vote(request) => bincode::serialize(&raft.vote(request).await),
         PeerRequest::Snapshot(request) => bincode::serialize(&raft.install_snapshot(request).await),
-        PeerRequest::Probe => bincode::serialize(&PeerGroup::of(raft).await),
-        PeerRequest::ReadIndex => bincode::serialize(&leader_read_index(raft).await?),
-        PeerRequest::Leader => bincode::serialize(&super::LeaderView::of(raft)),
-        PeerRequest::List(request) => {
-            let view = served.views.get(group as usize).ok_or("no such group")?;
-            bincode::serialize(&super::leader_listing(raft, view, &request).await?)
-        }
+        PeerRequest::Probe => bincode::serialize(&served.probe(group).await?),
+        PeerRequest::ReadIndex => bincode::serialize(&served.read_index(group).await?),
+        PeerRequest::Leader => bincode::serialize(&served.leader_view(group)?),
+        PeerRequest::List(request) => bincode::serialize(&served.list(group, &request).await?),
         PeerRequest::Handoff(role) => {
-            crate::raft::transfer::on_handoff(raft, role);
+            served.handoff(group, role)?;
             bincode::serialize(&())
         }
         PeerRequest::Hello(_) => return Err("a hello only opens a connection".into()),

@@ -7,7 +7,10 @@
 use runnel_core::listing::Listed;
 
 use super::Transport;
+use crate::api::BoxFuture;
+use crate::clock::now_ms;
 use crate::raft::{LogId, NodeId, Raft};
+use crate::view::GroupView;
 
 /// Most streams one listing request answers.
 pub const MAX_LISTED: u32 = 10_000;
@@ -70,49 +73,28 @@ impl LeaderView {
 /// stale), and who leads a group it holds no copy of. Object-safe, unlike
 /// [`Transport`].
 pub(crate) trait PeerQueries: Send + Sync {
-    fn read_index(
-        &self,
-        leader: NodeId,
-        group: u32,
-    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>>;
+    fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>>;
 
-    fn leader_view(
-        &self,
-        node: NodeId,
-        group: u32,
-    ) -> crate::BoxFuture<'_, Result<LeaderView, String>>;
+    fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>>;
 
     fn list<'a>(
         &'a self,
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>>;
+    ) -> BoxFuture<'a, Result<Vec<Listed>, String>>;
 
     /// Asks `node` to play `role` in a leadership transfer of `group`
     /// (see [`crate::raft::transfer`]).
-    fn handoff(
-        &self,
-        node: NodeId,
-        group: u32,
-        role: u8,
-    ) -> crate::BoxFuture<'_, Result<(), String>>;
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>>;
 }
 
 impl<T: Transport> PeerQueries for T {
-    fn read_index(
-        &self,
-        leader: NodeId,
-        group: u32,
-    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>> {
+    fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>> {
         Transport::read_index(self, leader, group)
     }
 
-    fn leader_view(
-        &self,
-        node: NodeId,
-        group: u32,
-    ) -> crate::BoxFuture<'_, Result<LeaderView, String>> {
+    fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>> {
         Transport::leader_view(self, node, group)
     }
 
@@ -121,16 +103,11 @@ impl<T: Transport> PeerQueries for T {
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<Listed>, String>> {
         Transport::list(self, leader, group, request)
     }
 
-    fn handoff(
-        &self,
-        node: NodeId,
-        group: u32,
-        role: u8,
-    ) -> crate::BoxFuture<'_, Result<(), String>> {
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>> {
         Transport::handoff(self, node, group, role)
     }
 }
@@ -151,12 +128,12 @@ pub struct ListRequest {
 /// committed entry applied, the page from its state.
 pub(crate) async fn leader_listing(
     raft: &Raft,
-    view: &crate::view::GroupView,
+    view: &GroupView,
     request: &ListRequest,
 ) -> Result<Vec<Listed>, String> {
     leader_read_index(raft).await?;
     let limit = request.limit.min(MAX_LISTED) as usize;
-    let now = crate::now_ms();
+    let now = now_ms();
     Ok(view.with_state(|s| match &request.names {
         Some(names) => names
             .iter()

@@ -7,7 +7,7 @@
 //! replays on top of the snapshot) or its first live Raft entry (entries
 //! a lagging follower may still be sent). Nothing is collected until every
 //! group has a snapshot file, groups this node dropped its copy of aside
-//! (see [`crate::cluster::hosting`]). openraft purges each group's Raft log up to
+//! (see [`super::hosting`]). openraft purges each group's Raft log up to
 //! its snapshot once built (asynchronously: the segments that frees go at
 //! the next checkpoint).
 
@@ -16,10 +16,13 @@ use std::time::Duration;
 
 use runnel_log::Log;
 
-use super::group::RaftGroup;
-use super::state_machine::GroupShared;
+use super::hosting::Hosting;
 use crate::checkpoint::LiveSet;
-use crate::cluster::hosting::Hosting;
+use crate::copy_forward;
+use crate::raft::group::RaftGroup;
+use crate::raft::state_machine::GroupShared;
+use crate::raft::{self, LogId};
+use crate::tier::Tiering;
 
 pub struct Collector {
     groups: Vec<Arc<RaftGroup>>,
@@ -56,7 +59,7 @@ impl Collector {
         self: Arc<Self>,
         interval: Duration,
         bytes: u64,
-        tiering: Option<Arc<crate::Tiering>>,
+        tiering: Option<Arc<Tiering>>,
     ) {
         let mut last = (tokio::time::Instant::now(), self.log.durable_position());
         loop {
@@ -148,7 +151,7 @@ impl Collector {
         }
         let log = Arc::clone(&self.log);
         let live_set = LiveSet::new(live.iter().flatten().copied().collect());
-        let reclaimed = super::blocking(self.inline_io, move || {
+        let reclaimed = raft::blocking(self.inline_io, move || {
             log.collect_segments(before, |base, end| live_set.touches(base, end))
         })
         .await
@@ -172,7 +175,7 @@ impl Collector {
     /// [`crate::copy_forward`]); the next checkpoint deletes the segments.
     async fn copy_forward(&self, before: u64, live: &[Vec<(u64, u64)>]) -> Result<(), String> {
         let live: Vec<&[(u64, u64)]> = live.iter().map(Vec::as_slice).collect();
-        let plan = crate::copy_forward::plan(&self.log.sealed_segments(), before, &live);
+        let plan = copy_forward::plan(&self.log.sealed_segments(), before, &live);
         if plan.moved.segments == 0 {
             return Ok(());
         }
@@ -197,7 +200,7 @@ impl Collector {
     }
 }
 
-fn snapshot_point(shared: &GroupShared) -> Option<super::LogId> {
+fn snapshot_point(shared: &GroupShared) -> Option<LogId> {
     shared
         .persisted
         .lock()
