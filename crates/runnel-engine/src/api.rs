@@ -40,7 +40,11 @@ pub enum Route {
     NoLeader,
 }
 
-/// A node as the HTTP layer sees it: a single node or a cluster member.
+/// A node as the HTTP layer sees it, on the data path: a single node or a
+/// cluster member. What only a cluster does (membership, which node
+/// holds which group) is [`ClusterOps`], reached through
+/// [`NodeEngine::cluster`]; the inherent methods on `dyn NodeEngine`
+/// answer the questions the server asks of either.
 pub trait NodeEngine: Send + Sync + 'static {
     /// Proposes a command to the group of the streams it names.
     fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, EngineError>>;
@@ -67,41 +71,11 @@ pub trait NodeEngine: Send + Sync + 'static {
         Route::Local
     }
 
-    /// Which node serves requests for group `group` (membership changes).
-    fn group_route(&self, _group: u32) -> Route {
-        Route::Local
-    }
-
-    /// Applies a membership change to group `group`, at its leader (this
-    /// node: see [`NodeEngine::group_route`]).
-    fn change_member(
-        &self,
-        _group: u32,
-        _change: MemberChange,
-    ) -> BoxFuture<'_, Result<MemberReport, EngineError>> {
-        Box::pin(async {
-            Err(EngineError::Membership(
-                "this server is a single node: it has no cluster membership to change".into(),
-            ))
-        })
-    }
-
-    /// Whether groups are replicated across nodes (a cluster), so that
-    /// leadership can move under a request.
-    fn replicated(&self) -> bool {
-        false
-    }
-
-    /// Whether every node holds a copy of every group, as far as this
-    /// node can tell (false in a cluster placing groups on fewer nodes
-    /// than it has: see `cluster::hosting`).
-    fn every_node_holds_every_group(&self) -> bool {
-        true
-    }
-
-    /// How this node names itself to others (its node id in a cluster).
-    fn node_label(&self) -> String {
-        "single".into()
+    /// Before a read served by the leader of `name`'s group: waits until
+    /// its state holds every write acknowledged before the call (in a
+    /// cluster, leadership is confirmed by a quorum first).
+    fn read_barrier<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
+        Box::pin(async { Ok(()) })
     }
 
     /// Whether this node, though not the leader of `name`'s group, may
@@ -109,13 +83,6 @@ pub trait NodeEngine: Send + Sync + 'static {
     /// state; waits until that state is current enough to.
     fn prepare_live_read<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, bool> {
         Box::pin(async { false })
-    }
-
-    /// Before a read served by the leader of `name`'s group: waits until
-    /// its state holds every write acknowledged before the call (in a
-    /// cluster, leadership is confirmed by a quorum first).
-    fn read_barrier<'a>(&'a self, _name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
-        Box::pin(async { Ok(()) })
     }
 
     /// A page of the streams listing: up to `limit` live streams whose
@@ -128,62 +95,6 @@ pub trait NodeEngine: Send + Sync + 'static {
         after: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<(Vec<Listed>, bool), EngineError>>;
-
-    /// The node, its groups and their leaders, for `runnel ctl status`.
-    fn status(&self) -> serde_json::Value;
-
-    /// Figures for `/metrics`, read now.
-    fn metrics(&self) -> NodeMetrics;
-
-    /// Whether two streams belong to the same group (a fork of a stream in
-    /// another group copies its source instead of sharing it).
-    fn same_group(&self, a: &str, b: &str) -> bool;
-
-    /// Pins on other groups' streams that expiries on this node released,
-    /// for the server to send there as unpins.
-    fn take_released_pins(&self) -> Vec<RemotePin>;
-
-    /// The control group and the activity feed (subscriptions).
-    fn control(&self) -> &control::Control;
-
-    /// Proposes a subscription command to the control group (which only
-    /// its leader may do: see [`NodeEngine::control_route`]).
-    fn propose_control(
-        &self,
-        command: SubCommand,
-    ) -> BoxFuture<'_, Result<SubOutcome, EngineError>> {
-        Box::pin(self.control().propose(command))
-    }
-
-    /// Runs `f` over the subscriptions this node applied.
-    fn with_subscriptions(&self, f: &mut dyn FnMut(&Subscriptions)) {
-        self.control().with_subscriptions(f)
-    }
-
-    /// Which node serves subscription requests: the control group's
-    /// leader.
-    fn control_route(&self) -> Route {
-        Route::Local
-    }
-
-    /// While this node leads the control group, the term it leads in (0
-    /// on a single node): a new term means a new leader took over.
-    fn control_term(&self) -> Option<u64> {
-        Some(0)
-    }
-
-    /// Live streams whose names `keep` accepts, with their tails, from
-    /// this node's applied state.
-    fn streams_where(&self, keep: &dyn Fn(&str) -> bool) -> Vec<(String, u64)> {
-        self.control().streams_where(keep)
-    }
-
-    /// Whether this node holds a copy of the group `name` lives in (in a
-    /// cluster placing groups on fewer nodes than it has, not every node
-    /// holds every group).
-    fn holds_group_of(&self, _name: &str) -> bool {
-        true
-    }
 
     /// The live streams among `names`, with every write acknowledged
     /// before the call (in a cluster, a group this node holds no copy of
@@ -198,8 +109,120 @@ pub trait NodeEngine: Send + Sync + 'static {
         })
     }
 
+    /// Whether two streams belong to the same group (a fork of a stream in
+    /// another group copies its source instead of sharing it).
+    fn same_group(&self, a: &str, b: &str) -> bool;
+
+    /// Pins on other groups' streams that expiries on this node released,
+    /// for the server to send there as unpins.
+    fn take_released_pins(&self) -> Vec<RemotePin>;
+
+    /// The node, its groups and their leaders, for `runnel ctl status`.
+    fn status(&self) -> serde_json::Value;
+
+    /// Figures for `/metrics`, read now.
+    fn metrics(&self) -> NodeMetrics;
+
+    /// The control group and the activity feed (subscriptions).
+    fn control(&self) -> &control::Control;
+
+    /// Which node serves subscription requests: the control group's
+    /// leader.
+    fn control_route(&self) -> Route {
+        Route::Local
+    }
+
+    /// While this node leads the control group, the term it leads in (0
+    /// on a single node): a new term means a new leader took over.
+    fn control_term(&self) -> Option<u64> {
+        Some(0)
+    }
+
+    /// The cluster operations of a cluster member; `None` on a single
+    /// node, which has no membership to change.
+    fn cluster(&self) -> Option<&dyn ClusterOps> {
+        None
+    }
+}
+
+/// What only a cluster member does: changes of membership, and which
+/// node holds which group.
+pub trait ClusterOps: Send + Sync {
+    /// This node's id.
+    fn node_id(&self) -> NodeId;
+
+    /// Which node serves requests for group `group` (membership changes).
+    /// A group that does not exist is answered here, where
+    /// [`ClusterOps::change_member`] refuses it.
+    fn group_route(&self, group: u32) -> Route;
+
+    /// Applies a membership change to group `group`, at its leader (this
+    /// node: see [`ClusterOps::group_route`]).
+    fn change_member(
+        &self,
+        group: u32,
+        change: MemberChange,
+    ) -> BoxFuture<'_, Result<MemberReport, EngineError>>;
+
+    /// Whether this node holds a copy of the group `name` lives in (in a
+    /// cluster placing groups on fewer nodes than it has, not every node
+    /// holds every group).
+    fn holds_group_of(&self, name: &str) -> bool;
+
+    /// Whether every node holds a copy of every group, as far as this
+    /// node can tell (false in a cluster placing groups on fewer nodes
+    /// than it has: see `cluster::hosting`).
+    fn every_node_holds_every_group(&self) -> bool;
+}
+
+/// What the server asks of any node, answered through
+/// [`NodeEngine::cluster`] and [`NodeEngine::control`].
+impl dyn NodeEngine {
+    /// Whether groups are replicated across nodes (a cluster), so that
+    /// leadership can move under a request.
+    pub fn replicated(&self) -> bool {
+        self.cluster().is_some()
+    }
+
+    /// How this node names itself to others: its node id in a cluster,
+    /// `single` otherwise.
+    pub fn node_label(&self) -> String {
+        self.cluster()
+            .map_or_else(|| "single".into(), |c| c.node_id().to_string())
+    }
+
+    /// Whether this node holds a copy of the group `name` lives in (a
+    /// single node holds every group).
+    pub fn holds_group_of(&self, name: &str) -> bool {
+        self.cluster().is_none_or(|c| c.holds_group_of(name))
+    }
+
+    /// Whether every node holds a copy of every group (see
+    /// [`ClusterOps::every_node_holds_every_group`]).
+    pub fn every_node_holds_every_group(&self) -> bool {
+        self.cluster()
+            .is_none_or(|c| c.every_node_holds_every_group())
+    }
+
+    /// Proposes a subscription command to the control group (which only
+    /// its leader may do: see [`NodeEngine::control_route`]).
+    pub async fn propose_control(&self, command: SubCommand) -> Result<SubOutcome, EngineError> {
+        self.control().propose(command).await
+    }
+
+    /// Runs `f` over the subscriptions this node applied.
+    pub fn with_subscriptions(&self, f: &mut dyn FnMut(&Subscriptions)) {
+        self.control().with_subscriptions(f)
+    }
+
+    /// Live streams whose names `keep` accepts, with their tails, from
+    /// this node's applied state.
+    pub fn streams_where(&self, keep: &dyn Fn(&str) -> bool) -> Vec<(String, u64)> {
+        self.control().streams_where(keep)
+    }
+
     /// The feed of streams that changed on this node.
-    fn activity(&self) -> &std::sync::Arc<activity::Activity> {
+    pub fn activity(&self) -> &std::sync::Arc<activity::Activity> {
         self.control().activity()
     }
 }

@@ -66,8 +66,8 @@ pub mod local;
 pub mod node;
 
 pub use api::{
-    group_index, Bootstrap, BoxFuture, GroupEngine, LiveNamed, MemberChange, MemberReport,
-    NodeEngine, NodeId, ReadResult, Route,
+    group_index, Bootstrap, BoxFuture, ClusterOps, GroupEngine, LiveNamed, MemberChange,
+    MemberReport, NodeEngine, NodeId, ReadResult, Route,
 };
 pub use clock::now_ms;
 pub use config::EngineConfig;

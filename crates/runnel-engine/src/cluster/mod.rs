@@ -32,7 +32,9 @@ use runnel_log::Log;
 
 use crate::activity::Activity;
 use crate::api::LiveNamed;
-use crate::api::{BoxFuture, GroupEngine, NodeEngine, Route};
+use crate::api::{
+    BoxFuture, ClusterOps, GroupEngine, MemberChange, MemberReport, NodeEngine, Route,
+};
 use crate::config::EngineConfig;
 use crate::control::{self, Control};
 use crate::datadir::{check_meta, open_log, refuse_collected_log_without_checkpoint, OpenError};
@@ -689,20 +691,6 @@ impl NodeEngine for ClusterNode {
         self.route_to(self.group_for(name))
     }
 
-    fn group_route(&self, group: u32) -> Route {
-        self.groups
-            .get(group as usize)
-            .map_or(Route::NoLeader, |g| self.route_to(g))
-    }
-
-    fn change_member(
-        &self,
-        group: u32,
-        change: membership::MemberChange,
-    ) -> BoxFuture<'_, Result<membership::MemberReport, EngineError>> {
-        Box::pin(ClusterNode::change_member(self, group, change))
-    }
-
     fn control_route(&self) -> Route {
         self.route_to(&self.groups[control::CONTROL_GROUP])
     }
@@ -716,28 +704,8 @@ impl NodeEngine for ClusterNode {
         &self.control
     }
 
-    fn node_label(&self) -> String {
-        self.node_id.to_string()
-    }
-
-    fn replicated(&self) -> bool {
-        true
-    }
-
-    fn every_node_holds_every_group(&self) -> bool {
-        let everyone: std::collections::BTreeSet<NodeId> = self.groups[control::CONTROL_GROUP]
-            .members()
-            .into_iter()
-            .map(|(node, _)| node)
-            .collect();
-        self.groups.iter().all(|g| {
-            self.holds(g)
-                && g.members()
-                    .into_iter()
-                    .map(|(node, _)| node)
-                    .collect::<std::collections::BTreeSet<_>>()
-                    == everyone
-        })
+    fn cluster(&self) -> Option<&dyn ClusterOps> {
+        Some(self)
     }
 
     fn read_barrier<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
@@ -746,10 +714,6 @@ impl NodeEngine for ClusterNode {
 
     fn prepare_live_read<'a>(&'a self, name: &'a str) -> BoxFuture<'a, bool> {
         Box::pin(self.live_read_ready(name))
-    }
-
-    fn holds_group_of(&self, name: &str) -> bool {
-        self.holds(self.group_for(name))
     }
 
     fn live_named<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, LiveNamed> {
@@ -780,6 +744,47 @@ impl NodeEngine for ClusterNode {
 
     fn status(&self) -> serde_json::Value {
         self.report_status()
+    }
+}
+
+impl ClusterOps for ClusterNode {
+    fn node_id(&self) -> NodeId {
+        self.node_id
+    }
+
+    fn group_route(&self, group: u32) -> Route {
+        self.groups
+            .get(group as usize)
+            // No such group: answered here, where `change_member` refuses it.
+            .map_or(Route::Local, |g| self.route_to(g))
+    }
+
+    fn change_member(
+        &self,
+        group: u32,
+        change: MemberChange,
+    ) -> BoxFuture<'_, Result<MemberReport, EngineError>> {
+        Box::pin(ClusterNode::change_member(self, group, change))
+    }
+
+    fn holds_group_of(&self, name: &str) -> bool {
+        self.holds(self.group_for(name))
+    }
+
+    fn every_node_holds_every_group(&self) -> bool {
+        let everyone: std::collections::BTreeSet<NodeId> = self.groups[control::CONTROL_GROUP]
+            .members()
+            .into_iter()
+            .map(|(node, _)| node)
+            .collect();
+        self.groups.iter().all(|g| {
+            self.holds(g)
+                && g.members()
+                    .into_iter()
+                    .map(|(node, _)| node)
+                    .collect::<std::collections::BTreeSet<_>>()
+                    == everyone
+        })
     }
 }
 

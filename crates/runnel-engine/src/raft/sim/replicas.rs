@@ -26,7 +26,7 @@ use rand::{Rng, SeedableRng};
 
 use super::membership::{bounce, change_group, changed};
 use super::{at, check, converge, run_every_seed, Sim, Workload, CALM, NODES};
-use crate::api::{NodeEngine, Route};
+use crate::api::{ClusterOps, Route};
 use crate::cluster::membership::MemberChange;
 use crate::raft::runtime::seed_thread_rng;
 use crate::raft::transport::raft_addr;
