@@ -65,6 +65,10 @@ pub mod placement;
 pub mod local;
 pub mod node;
 
+// The facade's other file: what the simulator reaches.
+#[doc(hidden)]
+pub mod sim_support;
+
 pub use api::{
     group_index, Bootstrap, BoxFuture, ClusterOps, GroupEngine, LiveNamed, MemberChange,
     MemberReport, NodeEngine, NodeId, ReadResult, Route,

@@ -12,7 +12,6 @@ use crate::placement::Placement;
 use crate::raft::group::RaftGroup;
 use crate::raft::transport::{Served, Transport};
 use crate::raft::NodeId;
-use crate::upkeep::MaintainedGroup;
 
 /// How often an empty node asks its peers again while none answers.
 const PROBE_AGAIN: Duration = Duration::from_millis(200);

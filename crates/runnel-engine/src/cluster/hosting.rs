@@ -47,7 +47,6 @@ use crate::raft::starter::RaftStarter;
 use crate::raft::state_machine::GroupShared;
 use crate::raft::transport::{http_addr, LeaderMembers, LeaderView, Transport};
 use crate::raft::{LogId, NodeId};
-use crate::upkeep::MaintainedGroup;
 
 /// The file in a data directory that lists the groups this node left.
 pub const LEFT_FILE: &str = "left-groups";

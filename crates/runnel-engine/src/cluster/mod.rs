@@ -201,7 +201,7 @@ impl ClusterNode {
 
     /// Opens a member that reaches its peers through `transport`, and
     /// belongs to the cluster `identity` names.
-    pub(crate) async fn open_with<T: Transport>(
+    pub async fn open_with<T: Transport>(
         config: &ClusterConfig,
         transport: T,
         identity: Arc<Identity>,
@@ -497,8 +497,8 @@ impl ClusterNode {
 
     /// Whether this node votes in every group: false while it catches up
     /// with a group it lost its copy of (see [`VoteGuard`]).
-    #[cfg(test)] // the simulation loses a disk only while every node votes
-    pub(crate) fn votes_in_every_group(&self) -> bool {
+    /// (The simulation loses a disk only while every node votes.)
+    pub fn votes_in_every_group(&self) -> bool {
         self.groups
             .iter()
             .all(|g| !self.served.votes().refuses(g.index(), &g.raft()))
@@ -522,8 +522,7 @@ impl ClusterNode {
     }
 
     /// Which groups this node left, and where their leaders are.
-    #[cfg(test)]
-    pub(crate) fn hosting(&self) -> &Hosting {
+    pub fn hosting(&self) -> &Hosting {
         &self.hosting
     }
 

@@ -178,6 +178,16 @@ impl RaftGroup {
         self.read_barrier.wait().await
     }
 
+    /// The group's index among the node's groups.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Whether this node leads the group now, as far as it knows.
+    pub fn leads(&self) -> bool {
+        self.leader() == Some(self.node_id)
+    }
+
     /// The leader this node knows of.
     pub fn leader(&self) -> Option<NodeId> {
         self.raft.get().metrics().borrow().current_leader
@@ -351,7 +361,7 @@ async fn propose_batches(
 
 impl MaintainedGroup for RaftGroup {
     fn index(&self) -> u32 {
-        self.index
+        RaftGroup::index(self)
     }
 
     fn view(&self) -> &GroupView {
@@ -359,7 +369,7 @@ impl MaintainedGroup for RaftGroup {
     }
 
     fn leads(&self) -> bool {
-        self.leader() == Some(self.node_id)
+        RaftGroup::leads(self)
     }
 
     fn term(&self) -> u64 {

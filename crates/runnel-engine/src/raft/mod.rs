@@ -37,9 +37,6 @@ pub(crate) mod transfer;
 pub mod transport;
 pub(crate) mod vote_guard;
 
-#[cfg(test)]
-mod sim;
-
 use std::fmt;
 
 use runnel_core::{Applied, CoreError};

@@ -43,7 +43,6 @@ use tokio::time::Instant;
 use super::group::RaftGroup;
 use super::transport::PeerQueries;
 use super::{NodeId, Raft};
-use crate::upkeep::MaintainedGroup;
 
 /// Roles in a transfer, sent to the other nodes (the body of a
 /// `KIND_HANDOFF` request).

@@ -165,7 +165,7 @@ async fn read_frame(reader: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result
 
 /// How a cluster member reaches its peers: [`TcpTransport`] in
 /// production, an in-memory network in simulations.
-pub(crate) trait Transport: Send + Sync + 'static {
+pub trait Transport: Send + Sync + 'static {
     type Network: RaftNetworkFactory<TypeConfig>;
 
     /// RPC figures per peer (none where the transport keeps none).

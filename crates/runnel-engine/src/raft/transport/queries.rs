@@ -39,7 +39,7 @@ pub struct LeaderMembers {
 }
 
 impl LeaderView {
-    pub(crate) fn of(raft: &Raft) -> LeaderView {
+    pub fn of(raft: &Raft) -> LeaderView {
         let metrics = raft.metrics();
         let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();

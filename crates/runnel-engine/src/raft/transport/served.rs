@@ -152,7 +152,7 @@ pub struct PeerGroup {
 }
 
 impl PeerGroup {
-    pub(crate) async fn of(raft: &Raft) -> PeerGroup {
+    pub async fn of(raft: &Raft) -> PeerGroup {
         let (led, last_log) = {
             let metrics = raft.metrics();
             let metrics = metrics.borrow();
@@ -170,7 +170,7 @@ impl PeerGroup {
     }
 
     /// What any of the answers says (and the longest log).
-    pub(crate) fn any(self, other: PeerGroup) -> PeerGroup {
+    pub fn any(self, other: PeerGroup) -> PeerGroup {
         PeerGroup {
             initialized: self.initialized || other.initialized,
             led: self.led || other.led,

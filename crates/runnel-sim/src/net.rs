@@ -2,6 +2,10 @@
 //! message leg delayed, dropped or cut off as the seeded fault schedule
 //! says.
 
+// openraft's network traits return its `RPCError` (over 128 bytes); the
+// simulated network answers what they do.
+#![allow(clippy::result_large_err)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -17,12 +21,14 @@ use openraft::BasicNode;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::api::BoxFuture;
-use crate::metrics::PeerMetrics;
-use crate::node::OpenError;
-use crate::raft::transport::{LeaderView, ListRequest, PeerGroup, Served, Transport};
-use crate::raft::{NodeId, Raft, TypeConfig};
 use runnel_core::listing::Listed;
+use runnel_engine::datadir::OpenError;
+use runnel_engine::metrics::PeerMetrics;
+use runnel_engine::raft::{NodeId, Raft, TypeConfig};
+use runnel_engine::sim_support::{
+    LeaderView, ListRequest, PeerGroup, Served, Transport, VOTE_REFUSAL,
+};
+use runnel_engine::BoxFuture;
 
 pub struct SimNet {
     state: Mutex<NetState>,
@@ -101,7 +107,7 @@ impl SimNet {
     }
 
     /// Whether `node` would refuse a vote in `group` now (see
-    /// [`crate::raft::vote_guard`]).
+    /// `runnel_engine::raft::vote_guard`).
     fn refuses_vote(&self, node: NodeId, group: u32) -> bool {
         self.served(node).is_some_and(|s| s.refuses_vote(group))
     }
@@ -322,7 +328,7 @@ impl RaftNetwork<TypeConfig> for SimNetwork {
         if self.net.refuses_vote(self.target, self.group) {
             tokio::time::sleep(Duration::from_millis(1)).await;
             return Err(RPCError::Unreachable(Unreachable::new(
-                &std::io::Error::other(crate::raft::vote_guard::REFUSAL),
+                &std::io::Error::other(VOTE_REFUSAL),
             )));
         }
         self.net
