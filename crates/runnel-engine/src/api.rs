@@ -1,8 +1,8 @@
 //! The engine's seams as the HTTP layer and the engines see them: a
 //! [`NodeEngine`] (a single node or a cluster member), each group's
 //! [`GroupEngine`], where a request is served ([`Route`]), what reads
-//! answer, and the vocabulary every layer shares (node ids, the routing
-//! hash, membership changes).
+//! answer, and the vocabulary every layer shares (node ids, their Raft
+//! and HTTP addresses, the routing hash, membership changes).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -303,6 +303,49 @@ pub struct Bootstrap {
     pub plan: BootstrapPlan,
     pub snapshot: Option<Bytes>,
     pub tail: Bytes,
+}
+
+/// Why an address is not a node's address.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AddrError {
+    #[error("{0:?} is not HOST:PORT")]
+    NotHostPort(String),
+    #[error("{0:?} has no valid port")]
+    BadPort(String),
+    #[error("{addr:?}: port {port} leaves no room for the Raft port")]
+    LastPort { addr: String, port: u16 },
+    #[error("{0:?} has no valid Raft port")]
+    BadRaftPort(String),
+}
+
+/// The Raft address of a node whose HTTP listener is `http_addr`: the
+/// same host, the port plus one.
+pub fn raft_addr(http_addr: &str) -> Result<String, AddrError> {
+    let (host, port) = http_addr
+        .rsplit_once(':')
+        .ok_or_else(|| AddrError::NotHostPort(http_addr.to_string()))?;
+    let port: u16 = port
+        .parse()
+        .map_err(|_| AddrError::BadPort(http_addr.to_string()))?;
+    let raft_port = port.checked_add(1).ok_or_else(|| AddrError::LastPort {
+        addr: http_addr.to_string(),
+        port,
+    })?;
+    Ok(format!("{host}:{raft_port}"))
+}
+
+/// The HTTP address of a node whose Raft address is `raft_addr` (the
+/// inverse of [`raft_addr`]).
+pub fn http_addr(raft_addr: &str) -> Result<String, AddrError> {
+    let (host, port) = raft_addr
+        .rsplit_once(':')
+        .ok_or_else(|| AddrError::NotHostPort(raft_addr.to_string()))?;
+    let http_port = port
+        .parse::<u16>()
+        .ok()
+        .and_then(|p| p.checked_sub(1))
+        .ok_or_else(|| AddrError::BadRaftPort(raft_addr.to_string()))?;
+    Ok(format!("{host}:{http_port}"))
 }
 
 /// FNV-1a of the name, so routing is stable across processes and builds.

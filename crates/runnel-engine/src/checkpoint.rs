@@ -25,6 +25,37 @@ use runnel_core::checkpoint::CheckpointCapture;
 use runnel_core::StreamsState;
 
 const MAGIC: &[u8; 8] = b"RNLCKPT1";
+
+/// Why a checkpoint could not be read, written or followed up (its log
+/// collected, its sparse segments copied forward, its backup uploaded).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("reading the checkpoint: {0}")]
+    Read(std::io::Error),
+    #[error("checkpoint is truncated")]
+    Truncated,
+    #[error("checkpoint fails its checksum")]
+    Checksum,
+    #[error("checkpoint has no magic")]
+    NoMagic,
+    #[error("checkpoint has {found} groups, the node {node}")]
+    Groups { found: usize, node: usize },
+    #[error("checkpoint state of {0} bytes does not fit in memory")]
+    TooLarge(u64),
+    #[error("checkpoint state: {0}")]
+    State(#[from] runnel_core::CodecError),
+    #[error("writing the checkpoint: {0}")]
+    Write(std::io::Error),
+    #[error("collecting segments: {0}")]
+    Collect(runnel_log::LogError),
+    #[error(transparent)]
+    CopyForward(#[from] crate::copy_forward::CopyError),
+    /// The checkpoint's blocking task failed.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    #[error("backing up the checkpoint: {0}")]
+    Backup(#[from] crate::tier::backup::BackupError),
+}
 const FILE: &str = "checkpoint";
 
 /// A loaded checkpoint: per group, its state and applied position.
@@ -45,41 +76,42 @@ pub(crate) fn path(dir: &Path) -> PathBuf {
 
 /// Reads the checkpoint, if there is one. A damaged checkpoint is an
 /// error, never silently ignored: the log before it may be gone.
-pub(crate) fn load(dir: &Path, groups: usize) -> Result<Option<Loaded>, String> {
+pub(crate) fn load(dir: &Path, groups: usize) -> Result<Option<Loaded>, CheckpointError> {
     let bytes = match std::fs::read(path(dir)) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("reading the checkpoint: {e}")),
+        Err(e) => return Err(CheckpointError::Read(e)),
     };
     decode(&bytes, groups).map(Some)
 }
 
 /// Decodes a checkpoint file's bytes.
-pub(crate) fn decode(bytes: &[u8], groups: usize) -> Result<Loaded, String> {
+pub(crate) fn decode(bytes: &[u8], groups: usize) -> Result<Loaded, CheckpointError> {
     let (body, crc) = bytes
         .split_last_chunk::<4>()
-        .ok_or("checkpoint is truncated")?;
+        .ok_or(CheckpointError::Truncated)?;
     if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
-        return Err("checkpoint fails its checksum".into());
+        return Err(CheckpointError::Checksum);
     }
-    let mut at = body.strip_prefix(MAGIC).ok_or("checkpoint has no magic")?;
-    let mut take = |n: usize| -> Result<&[u8], String> {
-        let (head, rest) = at.split_at_checked(n).ok_or("checkpoint is truncated")?;
+    let mut at = body.strip_prefix(MAGIC).ok_or(CheckpointError::NoMagic)?;
+    let mut take = |n: usize| -> Result<&[u8], CheckpointError> {
+        let (head, rest) = at.split_at_checked(n).ok_or(CheckpointError::Truncated)?;
         at = rest;
         Ok(head)
     };
     let count = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
     if count != groups {
-        return Err(format!("checkpoint has {count} groups, the node {groups}"));
+        return Err(CheckpointError::Groups {
+            found: count,
+            node: groups,
+        });
     }
     let mut loaded = Vec::with_capacity(count);
     for _ in 0..count {
         let applied_end = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
         let len = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
-        let state = StreamsState::decode_checkpoint(take(
-            usize::try_from(len).map_err(|e| e.to_string())?,
-        )?)
-        .map_err(|e| format!("checkpoint state: {e}"))?;
+        let len = usize::try_from(len).map_err(|_| CheckpointError::TooLarge(len))?;
+        let state = StreamsState::decode_checkpoint(take(len)?)?;
         loaded.push((state, applied_end));
     }
     Ok(Loaded { groups: loaded })

@@ -16,7 +16,7 @@
 //! starts after that checkpoint. A crash before that checkpoint recovers
 //! the old positions, which are still there.
 
-use runnel_log::Log;
+use runnel_log::{Log, LogError};
 
 /// Marks a relocation record after the group prefix (where an entry has
 /// its format version, which is never this).
@@ -85,6 +85,20 @@ pub(crate) fn plan(sealed: &[(u64, u64)], before: u64, live: &[&[(u64, u64)]]) -
     Plan { moved, ranges }
 }
 
+/// Why a round of copy-forward stopped (the next checkpoint tries
+/// again; nothing was pointed at bytes that are not durable).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CopyError {
+    #[error("reading live bytes to move: {0}")]
+    Read(LogError),
+    #[error("writing moved bytes: {0}")]
+    Write(LogError),
+    #[error("the log failed while moving bytes: {0}")]
+    LogFailed(std::sync::Arc<LogError>),
+    #[error("moved bytes did not become durable in time")]
+    NotDurable,
+}
+
 /// Ranges copied: `(from, len, to)` each, and the end of the last record
 /// written (durable once the log's durable position passes it).
 pub(crate) struct Copied {
@@ -98,7 +112,7 @@ pub(crate) fn copy_ranges(
     log: &Log,
     prefix: &[u8],
     ranges: impl IntoIterator<Item = (u64, u64)>,
-) -> Result<Copied, String> {
+) -> Result<Copied, CopyError> {
     let mut moved = Vec::new();
     let mut record = Vec::new();
     let mut last_end = 0;
@@ -107,10 +121,8 @@ pub(crate) fn copy_ranges(
         record.extend_from_slice(prefix);
         record.resize(prefix.len() + len as usize, 0);
         log.read_unmapped_at(loc, &mut record[prefix.len()..])
-            .map_err(|e| format!("reading live bytes to move: {e}"))?;
-        let at = log
-            .append(&record)
-            .map_err(|e| format!("writing moved bytes: {e}"))?;
+            .map_err(CopyError::Read)?;
+        let at = log.append(&record).map_err(CopyError::Write)?;
         moved.push((loc, len, at.payload_pos + prefix.len() as u64));
         last_end = at.end;
     }

@@ -19,6 +19,11 @@ use crate::config::EngineConfig;
 /// and, for a cluster member, its node id.
 pub const META_FILE: &str = "runnel.meta";
 
+/// A failure of another layer that an [`OpenError`] carries: its source,
+/// which keeps its text and its type (the data directory's errors are
+/// the base layer's and cannot name the cluster's or the Raft engine's).
+pub type Cause = Box<dyn std::error::Error + Send + Sync>;
+
 /// Why a node could not open.
 #[derive(Debug, thiserror::Error)]
 pub enum OpenError {
@@ -38,12 +43,30 @@ pub enum OpenError {
     MetaMismatch { found: String, configured: String },
     #[error(transparent)]
     Log(#[from] LogError),
-    #[error("log record at {position} cannot be decoded: {reason}")]
-    CorruptEntry { position: u64, reason: String },
-    #[error("checkpoint: {reason}")]
-    Checkpoint { reason: String },
-    #[error("configuration: {reason}")]
-    Config { reason: String },
+    /// A recovered record that the engine could not replay.
+    #[error("log record at {position} cannot be decoded: {source}")]
+    CorruptEntry { position: u64, source: Cause },
+    /// A checkpoint or a snapshot file could not be read: the log before
+    /// it may be gone, so the node does not start without it.
+    #[error("checkpoint: {0}")]
+    Checkpoint(Cause),
+    /// The log's first segments were collected, but no checkpoint covers
+    /// what they held.
+    #[error("checkpoint: the log starts at {base} but the checkpoint that covers what came before is missing")]
+    MissingCheckpoint { base: u64 },
+    /// The configuration cannot be served (addresses, the object store,
+    /// the cluster id, ...).
+    #[error("configuration: {0}")]
+    Config(Cause),
+}
+
+/// Why a recovered record does not belong to this node's groups.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    #[error("record shorter than its group prefix")]
+    ShortPrefix,
+    #[error("record names group {0}, which this node does not have")]
+    NoSuchGroup(usize),
 }
 
 /// Opens the shared log in `config`'s data directory, passing every
@@ -55,7 +78,7 @@ pub(crate) fn open_log(
     collected_below: u64,
     manual_commit: bool,
     listener: runnel_log::DurabilityListener,
-    mut replay: impl FnMut(u64, &[u8]) -> Result<(), String>,
+    mut replay: impl FnMut(u64, &[u8]) -> Result<(), Cause>,
 ) -> Result<Arc<Log>, OpenError> {
     let options = LogOptions {
         segment_bytes: config.segment_bytes,
@@ -68,10 +91,10 @@ pub(crate) fn open_log(
     };
     let mut decode_failure = None;
     let log = Log::open(&config.data_dir.join("log"), options, listener, |record| {
-        if let Err(reason) = replay(record.payload_pos, record.payload) {
+        if let Err(source) = replay(record.payload_pos, record.payload) {
             decode_failure.get_or_insert(OpenError::CorruptEntry {
                 position: record.payload_pos,
-                reason,
+                source,
             });
         }
         Ok(())
@@ -101,9 +124,7 @@ pub(crate) fn refuse_collected_log_without_checkpoint(log_dir: &Path) -> Result<
         })
         .min();
     match first {
-        Some(base) if base > 0 => Err(OpenError::Checkpoint {
-            reason: format!("the log starts at {base} but the checkpoint that covers what came before is missing"),
-        }),
+        Some(base) if base > 0 => Err(OpenError::MissingCheckpoint { base }),
         _ => Ok(()),
     }
 }

@@ -27,11 +27,13 @@ use tokio::sync::watch;
 
 use crate::activity::Activity;
 use crate::api::{group_index, BoxFuture, GroupEngine, NodeEngine, ReadResult};
-use crate::checkpoint::{self, LiveSet};
+use crate::checkpoint::{self, CheckpointError, LiveSet};
 use crate::clock::now_ms;
 use crate::control::Control;
-use crate::copy_forward::{self, Copied, Moved, Relocation, RELOCATED};
-use crate::datadir::{check_meta, open_log, refuse_collected_log_without_checkpoint};
+use crate::copy_forward::{self, Copied, CopyError, Moved, Relocation, RELOCATED};
+use crate::datadir::{
+    check_meta, open_log, refuse_collected_log_without_checkpoint, Cause, RecordError,
+};
 use crate::error::EngineError;
 use crate::history;
 use crate::local::{DurableState, GroupCheckpoint, GroupLimits, LocalGroup};
@@ -69,7 +71,7 @@ impl Node {
         )?;
 
         let checkpoint = checkpoint::load(&config.data_dir, groups as usize)
-            .map_err(|reason| OpenError::Checkpoint { reason })?;
+            .map_err(|e| OpenError::Checkpoint(Box::new(e)))?;
         let replay_from = checkpoint.as_ref().map_or(0, |c| c.replay_from());
         let (mut states, mut applied): (Vec<StreamsState>, Vec<u64>) = match checkpoint {
             Some(c) => c.groups.into_iter().unzip(),
@@ -106,7 +108,7 @@ impl Node {
             .clone()
             .map(|tc| Tiering::open(tc, 0, groups as usize))
             .transpose()
-            .map_err(|reason| OpenError::Config { reason })?;
+            .map_err(|e| OpenError::Config(Box::new(e)))?;
         let now = now_ms();
         let limits = GroupLimits {
             max_pending_proposals: config.max_pending_proposals,
@@ -226,7 +228,7 @@ impl Node {
     /// Writes a checkpoint now (and backs it up when tiering does) and
     /// deletes the log segments it made unnecessary; returns the bytes
     /// reclaimed.
-    pub async fn checkpoint(&self) -> Result<u64, String> {
+    pub async fn checkpoint(&self) -> Result<u64, CheckpointError> {
         checkpoint_once(
             &self.data_dir,
             &self.groups,
@@ -323,10 +325,10 @@ fn replay(
     applied: &mut [u64],
     payload_pos: u64,
     payload: &[u8],
-) -> Result<(), String> {
+) -> Result<(), Cause> {
     let (group, entry_bytes) = payload
         .split_first_chunk::<4>()
-        .ok_or_else(|| "record shorter than its group prefix".to_string())?;
+        .ok_or(RecordError::ShortPrefix)?;
     let group = u32::from_le_bytes(*group) as usize;
     // Bytes moved forward: only a later checkpoint points into them.
     if entry_bytes.first() == Some(&RELOCATED) {
@@ -334,15 +336,14 @@ fn replay(
     }
     let state = states
         .get_mut(group)
-        .ok_or_else(|| format!("record names group {group}, which this node does not have"))?;
+        .ok_or(RecordError::NoSuchGroup(group))?;
     // Records this group's checkpoint already reflects are skipped.
     let record_end = payload_pos + payload.len() as u64;
     if record_end <= applied[group] {
         return Ok(());
     }
     applied[group] = record_end;
-    let (entry, data_len): (Entry, u64) =
-        Entry::decode_header(entry_bytes).map_err(|e| e.to_string())?;
+    let (entry, data_len): (Entry, u64) = Entry::decode_header(entry_bytes)?;
     let data_loc = payload_pos + payload.len() as u64 - data_len;
     // Refusals were answered when the entry was first applied; replay
     // reaches the same refusals and needs no answer.
@@ -406,7 +407,7 @@ async fn checkpoint_once(
     groups: &[Arc<LocalGroup>],
     log: &Arc<Log>,
     tiering: Option<&Tiering>,
-) -> Result<u64, String> {
+) -> Result<u64, CheckpointError> {
     // Progress as of before the checkpoint: what the backup shows at least.
     let progress = tiering.map(tier::progress);
     let (dir_owned, groups_owned, log_owned) =
@@ -414,12 +415,9 @@ async fn checkpoint_once(
     let done = tokio::task::spawn_blocking(move || {
         checkpoint_and_collect(&dir_owned, &groups_owned, &log_owned)
     })
-    .await
-    .map_err(|e| e.to_string())??;
+    .await??;
     if let (Some(tiering), Some(progress)) = (tiering.filter(|t| t.config.backup), progress) {
-        tier::backup::upload(tiering, done.file, done.doomed_next, progress)
-            .await
-            .map_err(|e| format!("backing up the checkpoint: {e}"))?;
+        tier::backup::upload(tiering, done.file, done.doomed_next, progress).await?;
     }
     Ok(done.reclaimed)
 }
@@ -438,7 +436,7 @@ fn checkpoint_and_collect(
     dir: &Path,
     groups: &[Arc<LocalGroup>],
     log: &Log,
-) -> Result<Checkpointed, String> {
+) -> Result<Checkpointed, CheckpointError> {
     // A little more than the file that is there now.
     let last = std::fs::metadata(checkpoint::path(dir)).map_or(0, |m| m.len() as usize);
     let mut writer = checkpoint::FileWriter::with_capacity(groups.len(), last + last / 16);
@@ -446,7 +444,7 @@ fn checkpoint_and_collect(
     let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint(&mut writer)).collect();
     let file = writer.finish();
     let encoded = started.elapsed();
-    checkpoint::store(dir, &file).map_err(|e| format!("writing the checkpoint: {e}"))?;
+    checkpoint::store(dir, &file).map_err(CheckpointError::Write)?;
     tracing::debug!(
         bytes = file.len(),
         encode_ms = encoded.as_millis() as u64,
@@ -462,7 +460,7 @@ fn checkpoint_and_collect(
     );
     let reclaimed = log
         .collect_segments(before, |base, end| live.touches(base, end))
-        .map_err(|e| format!("collecting segments: {e}"))?;
+        .map_err(CheckpointError::Collect)?;
     let moved = copy_forward_round(groups, &captured, log, before)?;
     if moved.segments > 0 {
         tracing::info!(
@@ -486,7 +484,7 @@ fn copy_forward_round(
     captured: &[GroupCheckpoint],
     log: &Log,
     before: u64,
-) -> Result<Moved, String> {
+) -> Result<Moved, CopyError> {
     let live: Vec<&[(u64, u64)]> = captured.iter().map(|c| c.live.as_slice()).collect();
     let plan = copy_forward::plan(&log.sealed_segments(), before, &live);
     if plan.moved.segments == 0 {
@@ -522,14 +520,14 @@ const DURABLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Waits until the log's durable position reaches `end` (a copy-forward
 /// round's last record).
-fn wait_durable(log: &Log, end: u64) -> Result<(), String> {
+fn wait_durable(log: &Log, end: u64) -> Result<(), CopyError> {
     let deadline = Instant::now() + DURABLE_TIMEOUT;
     while log.durable_position() < end {
         if let Some(failure) = log.failure() {
-            return Err(format!("the log failed while moving bytes: {failure}"));
+            return Err(CopyError::LogFailed(failure));
         }
         if Instant::now() > deadline {
-            return Err("moved bytes did not become durable in time".into());
+            return Err(CopyError::NotDurable);
         }
         std::thread::sleep(Duration::from_millis(1));
     }

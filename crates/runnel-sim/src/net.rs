@@ -24,6 +24,7 @@ use rand::{Rng, SeedableRng};
 use runnel_core::listing::Listed;
 use runnel_engine::datadir::OpenError;
 use runnel_engine::metrics::PeerMetrics;
+use runnel_engine::raft::transport::{PeerError, ServeError};
 use runnel_engine::raft::{NodeId, Raft, TypeConfig};
 use runnel_engine::sim_support::{
     LeaderView, ListRequest, PeerGroup, Served, Transport, VOTE_REFUSAL,
@@ -156,13 +157,11 @@ pub struct SimTransport {
 
 impl SimTransport {
     /// What `node` answers with, if the network lets this node reach it.
-    fn reach(&self, node: NodeId) -> Result<Arc<Served>, String> {
+    fn reach(&self, node: NodeId) -> Result<Arc<Served>, PeerError> {
         if self.net.leg(self.me, node).is_none() {
-            return Err(format!("node {node} is unreachable"));
+            return Err(PeerError::Unreachable(node));
         }
-        self.net
-            .served(node)
-            .ok_or_else(|| format!("node {node} is down"))
+        self.net.served(node).ok_or(PeerError::Down(node))
     }
 }
 
@@ -204,8 +203,12 @@ impl Transport for SimTransport {
         Box::pin(async { Ok(Vec::new()) })
     }
 
-    fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>> {
-        Box::pin(async move { self.reach(leader)?.read_index(group).await })
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<Option<u64>, PeerError>> {
+        Box::pin(async move { self.reach(leader)?.read_index(group).await.map_err(remote) })
     }
 
     fn peer_ids(&self) -> Vec<NodeId> {
@@ -223,16 +226,25 @@ impl Transport for SimTransport {
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<Vec<Listed>, String>> {
-        Box::pin(async move { self.reach(leader)?.list(group, request).await })
+    ) -> BoxFuture<'a, Result<Vec<Listed>, PeerError>> {
+        Box::pin(async move {
+            self.reach(leader)?
+                .list(group, request)
+                .await
+                .map_err(remote)
+        })
     }
 
-    fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>> {
-        Box::pin(async move { self.reach(node)?.leader_view(group) })
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<LeaderView, PeerError>> {
+        Box::pin(async move { self.reach(node)?.leader_view(group).map_err(remote) })
     }
 
-    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move { self.reach(node)?.handoff(group, role) })
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), PeerError>> {
+        Box::pin(async move { self.reach(node)?.handoff(group, role).map_err(remote) })
     }
 
     fn probe(&self, node: NodeId, group: u32) -> BoxFuture<'_, Option<PeerGroup>> {
@@ -256,6 +268,11 @@ impl Transport for SimTransport {
             all
         })
     }
+}
+
+/// A peer's refusal as the caller sees it: the text the wire would carry.
+fn remote(refusal: ServeError) -> PeerError {
+    PeerError::Remote(refusal.to_string())
 }
 
 pub struct SimNetworkFactory {

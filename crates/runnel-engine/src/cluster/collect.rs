@@ -20,9 +20,33 @@ use super::hosting::Hosting;
 use crate::checkpoint::LiveSet;
 use crate::copy_forward;
 use crate::raft::group::RaftGroup;
+use crate::raft::snapshot::SnapshotError;
 use crate::raft::state_machine::GroupShared;
-use crate::raft::{self, LogId};
+use crate::raft::{self, LogId, NodeId, StorageError};
 use crate::tier::Tiering;
+
+/// Why a cluster checkpoint stopped (the next one tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    #[error("asking group {group} for a snapshot: {source}")]
+    Trigger {
+        group: u32,
+        source: Box<openraft::error::Fatal<NodeId>>,
+    },
+    #[error("group {0} did not snapshot in time")]
+    SnapshotTimeout(u32),
+    #[error("moving group {group}'s replay point: {source}")]
+    ReplayPoint {
+        group: u32,
+        source: Box<StorageError>,
+    },
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    #[error("collecting segments: {0}")]
+    Collect(runnel_log::LogError),
+    #[error(transparent)]
+    CopyForward(#[from] SnapshotError),
+}
 
 pub struct Collector {
     groups: Vec<Arc<RaftGroup>>,
@@ -87,7 +111,7 @@ impl Collector {
 
     /// Snapshots the groups that moved, then collects segments; returns
     /// the bytes reclaimed.
-    pub async fn checkpoint(&self) -> Result<u64, String> {
+    pub async fn checkpoint(&self) -> Result<u64, CollectError> {
         let mut waiting = Vec::new();
         for (group, shared) in self.groups.iter().zip(&self.shares) {
             if self.dropped(shared) {
@@ -100,7 +124,10 @@ impl Collector {
                     .trigger()
                     .snapshot()
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| CollectError::Trigger {
+                        group: shared.group,
+                        source: Box::new(e),
+                    })?;
                 waiting.push((shared, applied));
             }
         }
@@ -108,7 +135,7 @@ impl Collector {
         for (shared, applied) in waiting {
             while snapshot_point(shared) < applied {
                 if tokio::time::Instant::now() > deadline {
-                    return Err(format!("group {} did not snapshot in time", shared.group));
+                    return Err(CollectError::SnapshotTimeout(shared.group));
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -117,12 +144,15 @@ impl Collector {
             shared
                 .advance_replay_point()
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| CollectError::ReplayPoint {
+                    group: shared.group,
+                    source: Box::new(e),
+                })?;
         }
         self.collect().await
     }
 
-    async fn collect(&self) -> Result<u64, String> {
+    async fn collect(&self) -> Result<u64, CollectError> {
         let mut before = u64::MAX;
         let mut live = Vec::new();
         for shared in &self.shares {
@@ -154,9 +184,8 @@ impl Collector {
         let reclaimed = raft::blocking(self.inline_io, move || {
             log.collect_segments(before, |base, end| live_set.touches(base, end))
         })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("collecting segments: {e}"))?;
+        .await?
+        .map_err(CollectError::Collect)?;
         self.copy_forward(before, &live).await?;
         Ok(reclaimed)
     }
@@ -173,7 +202,11 @@ impl Collector {
 
     /// Moves the live bytes of mostly-dead segments forward (see
     /// [`crate::copy_forward`]); the next checkpoint deletes the segments.
-    async fn copy_forward(&self, before: u64, live: &[Vec<(u64, u64)>]) -> Result<(), String> {
+    async fn copy_forward(
+        &self,
+        before: u64,
+        live: &[Vec<(u64, u64)>],
+    ) -> Result<(), CollectError> {
         let live: Vec<&[(u64, u64)]> = live.iter().map(Vec::as_slice).collect();
         let plan = copy_forward::plan(&self.log.sealed_segments(), before, &live);
         if plan.moved.segments == 0 {

@@ -36,12 +36,51 @@ use crate::raft::runtime::RaftRng;
 use crate::raft::transport::PeerIdentity;
 use crate::upkeep::MaintainedGroup;
 
-pub use runnel_core::cluster_meta::validate;
+pub use runnel_core::cluster_meta::{validate, ClusterIdError};
 
 /// The file in a data directory that holds the cluster id.
 pub const CLUSTER_ID_FILE: &str = "cluster-id";
 /// The file that marks the data directory of a node removed for good.
 pub const REMOVED_FILE: &str = "removed";
+
+/// Why this node's cluster id cannot be used, kept or adopted.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("node {node} was removed from cluster {} for good ({} says so): this data directory cannot serve again; to bring the machine back, start it with an empty data directory and a new --node-id", .cluster.as_deref().unwrap_or("?"), .marker.display())]
+    Removed {
+        node: u64,
+        cluster: Option<String>,
+        marker: PathBuf,
+    },
+    #[error("--cluster-id: {0}")]
+    BadFlag(ClusterIdError),
+    #[error("the data directory {dir} belongs to cluster {kept:?}, not --cluster-id {wanted:?}")]
+    OtherCluster {
+        dir: PathBuf,
+        kept: String,
+        wanted: String,
+    },
+    /// The control group applied another id than `--cluster-id`.
+    #[error("the cluster is named {applied:?}, but this node was started as a member of {mine:?} (--cluster-id): its peers will refuse it")]
+    NamedOtherwise { applied: String, mine: String },
+    #[error(transparent)]
+    Invalid(#[from] ClusterIdError),
+    #[error("{path}: {source}")]
+    InvalidKept {
+        path: PathBuf,
+        source: ClusterIdError,
+    },
+    #[error("keeping the cluster id in {dir}: {source}")]
+    Keep {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
 
 /// How often a node looks whether the cluster has been named.
 const NAMING_POLL: Duration = Duration::from_millis(200);
@@ -66,28 +105,26 @@ impl Identity {
         node_id: u64,
         wanted: Option<&str>,
     ) -> Result<Arc<Identity>, OpenError> {
-        let config = |reason| OpenError::Config { reason };
+        let config = |e: IdentityError| OpenError::Config(Box::new(e));
         let kept = read_kept(data_dir).map_err(config)?;
         if data_dir.join(REMOVED_FILE).exists() {
-            return Err(config(format!(
-                "node {node_id} was removed from cluster {} for good ({} says so): this data \
-                 directory cannot serve again; to bring the machine back, start it with an \
-                 empty data directory and a new --node-id",
-                kept.as_deref().unwrap_or("?"),
-                data_dir.join(REMOVED_FILE).display()
-            )));
+            return Err(config(IdentityError::Removed {
+                node: node_id,
+                cluster: kept,
+                marker: data_dir.join(REMOVED_FILE),
+            }));
         }
         if let Some(wanted) = wanted {
-            validate(wanted).map_err(|e| config(format!("--cluster-id: {e}")))?;
+            validate(wanted).map_err(|e| config(IdentityError::BadFlag(e)))?;
         }
         let known = OnceLock::new();
         match (kept, wanted) {
             (Some(kept), Some(wanted)) if kept != wanted => {
-                return Err(config(format!(
-                    "the data directory {} belongs to cluster {kept:?}, not --cluster-id \
-                     {wanted:?}",
-                    data_dir.display()
-                )))
+                return Err(config(IdentityError::OtherCluster {
+                    dir: data_dir.to_path_buf(),
+                    kept,
+                    wanted: wanted.to_string(),
+                }))
             }
             (Some(id), _) => known.set(id).expect("set once"),
             // Kept at once: the directory is this cluster's from now on.
@@ -123,13 +160,13 @@ impl Identity {
     /// directory. An id that differs from the one this node started with
     /// (`--cluster-id`) is refused: the node stays out of the cluster's
     /// Raft traffic from then on (its hellos name the other id).
-    fn adopt(&self, applied: &str) -> Result<(), String> {
+    fn adopt(&self, applied: &str) -> Result<(), IdentityError> {
         let mine = self.known.get_or_init(|| applied.to_string());
         if mine != applied {
-            return Err(format!(
-                "the cluster is named {applied:?}, but this node was started as a member \
-                 of {mine:?} (--cluster-id): its peers will refuse it"
-            ));
+            return Err(IdentityError::NamedOtherwise {
+                applied: applied.to_string(),
+                mine: mine.clone(),
+            });
         }
         if read_kept(&self.data_dir)?.as_deref() != Some(applied) {
             keep(&self.data_dir, applied)?;
@@ -170,23 +207,29 @@ impl PeerIdentity for Identity {
 }
 
 /// Keeps `id` as the cluster id in `data_dir` (which must exist).
-pub fn keep(data_dir: &Path, id: &str) -> Result<(), String> {
+pub fn keep(data_dir: &Path, id: &str) -> Result<(), IdentityError> {
     validate(id)?;
-    write_file_durably(data_dir, CLUSTER_ID_FILE, &format!("{id}\n"))
-        .map_err(|e| format!("keeping the cluster id in {}: {e}", data_dir.display()))
+    write_file_durably(data_dir, CLUSTER_ID_FILE, &format!("{id}\n")).map_err(|source| {
+        IdentityError::Keep {
+            dir: data_dir.to_path_buf(),
+            source,
+        }
+    })
 }
 
 /// The cluster id a data directory keeps, if any.
-pub fn read_kept(data_dir: &Path) -> Result<Option<String>, String> {
+pub fn read_kept(data_dir: &Path) -> Result<Option<String>, IdentityError> {
     let path = data_dir.join(CLUSTER_ID_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let id = text.trim();
-            validate(id).map_err(|e| format!("{}: {e}", path.display()))?;
+            if let Err(source) = validate(id) {
+                return Err(IdentityError::InvalidKept { path, source });
+            }
             Ok(Some(id.to_string()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(source) => Err(IdentityError::Read { path, source }),
     }
 }
 
@@ -251,7 +294,7 @@ mod tests {
         assert!(fresh.admits(Some("a")).is_ok());
         fresh.adopt("prod").expect("adopts");
         assert_eq!(fresh.get(), Some("prod"));
-        assert_eq!(read_kept(dir.path()), Ok(Some("prod".into())));
+        assert_eq!(read_kept(dir.path()).unwrap(), Some("prod".into()));
         assert!(fresh.admits(Some("other")).is_err());
         assert!(fresh.admits(Some("prod")).is_ok());
         assert!(fresh.admits(None).is_ok());
@@ -271,10 +314,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let data_dir = dir.path().join("new");
         let flagged = Identity::load(&data_dir, 1, Some("wanted")).expect("loads");
-        assert_eq!(read_kept(&data_dir), Ok(Some("wanted".into())));
+        assert_eq!(read_kept(&data_dir).unwrap(), Some("wanted".into()));
         assert!(flagged.adopt("applied").is_err());
         assert_eq!(flagged.get(), Some("wanted"));
-        assert_eq!(read_kept(&data_dir), Ok(Some("wanted".into())));
+        assert_eq!(read_kept(&data_dir).unwrap(), Some("wanted".into()));
         let reopened = Identity::load(&data_dir, 1, None).expect("loads");
         assert_eq!(reopened.get(), Some("wanted"));
     }

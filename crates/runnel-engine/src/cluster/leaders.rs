@@ -20,7 +20,7 @@ use super::replication::propose_initial;
 use super::ClusterNode;
 use crate::api::GroupEngine;
 use crate::control::CONTROL_GROUP;
-use crate::error::EngineError;
+use crate::error::{EngineError, MembershipError};
 use crate::placement::Placement;
 use crate::raft::group::RaftGroup;
 use crate::raft::NodeId;
@@ -74,14 +74,18 @@ impl ClusterNode {
         let groups = self.groups.len() as u32;
         for (group, node) in &leaders {
             if *group >= groups {
-                return Err(EngineError::Membership(format!(
-                    "there is no group {group}: this cluster has {groups}"
-                )));
+                return Err(MembershipError::NoSuchGroup {
+                    group: *group,
+                    groups,
+                }
+                .into());
             }
             if !members.contains(node) {
-                return Err(EngineError::Membership(format!(
-                    "node {node} is not a member of this cluster: it cannot lead group {group}"
-                )));
+                return Err(MembershipError::NotAMember {
+                    node: *node,
+                    group: *group,
+                }
+                .into());
             }
         }
         let command = Command::PreferLeaders {

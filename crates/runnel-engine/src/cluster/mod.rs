@@ -26,21 +26,19 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::BasicNode;
-use runnel_core::listing::Listed;
 use runnel_core::{Applied, Command, StreamsState};
 use runnel_log::Log;
 
 use crate::activity::Activity;
-use crate::api::LiveNamed;
-use crate::api::{
-    BoxFuture, ClusterOps, GroupEngine, MemberChange, MemberReport, NodeEngine, Route,
-};
+use crate::api::{GroupEngine, Route};
 use crate::config::EngineConfig;
 use crate::control::{self, Control};
-use crate::datadir::{check_meta, open_log, refuse_collected_log_without_checkpoint, OpenError};
+use crate::datadir::{
+    check_meta, open_log, refuse_collected_log_without_checkpoint, OpenError, RecordError,
+};
 use crate::error::EngineError;
 use crate::history;
-use crate::metrics::{NodeMetrics, PeerMetrics};
+use crate::metrics::PeerMetrics;
 use crate::placement;
 use crate::raft::group::RaftGroup;
 use crate::raft::journal::{Durability, GroupLog};
@@ -52,8 +50,9 @@ use crate::raft::transport::{
 use crate::raft::vote_guard::VoteGuard;
 use crate::raft::{snapshot, NodeId};
 use crate::tier::{self, GroupTier, Tiering};
-use crate::upkeep::{self, MaintainedGroup};
+use crate::upkeep::MaintainedGroup;
 use crate::view::GroupView;
+pub use collect::CollectError;
 use collect::Collector;
 use hosting::Hosting;
 use identity::Identity;
@@ -71,6 +70,7 @@ mod rebalance;
 mod recovery;
 mod replication;
 mod report;
+mod serving;
 
 /// The data directory's format: 3 keeps streams out of group 0
 /// ([`placement::stream_group`]); a format 2 directory, whose streams
@@ -109,6 +109,11 @@ pub struct ClusterConfig {
     /// (see [`replication`]). Group 0 is on every node.
     pub replication: usize,
 }
+
+/// A member whose `--peers` do not name it.
+#[derive(Debug, thiserror::Error)]
+#[error("--peers does not list this node ({0})")]
+pub struct NotInPeers(pub NodeId);
 
 /// Replicas of each data group unless `--replication-factor` says.
 pub const DEFAULT_REPLICATION: usize = 3;
@@ -172,16 +177,14 @@ impl ClusterNode {
         let mut peers = Vec::new();
         for (id, http) in &config.peers {
             if *id != config.node_id {
-                let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
+                let addr = raft_addr(http).map_err(|e| OpenError::Config(Box::new(e)))?;
                 peers.push((*id, addr));
             }
         }
         let own_addr = config
             .peers
             .get(&config.node_id)
-            .ok_or_else(|| OpenError::Config {
-                reason: format!("--peers does not list this node ({})", config.node_id),
-            })?;
+            .ok_or(OpenError::Config(Box::new(NotInPeers(config.node_id))))?;
         let identity = Identity::load(
             &config.engine.data_dir,
             config.node_id,
@@ -193,7 +196,7 @@ impl ClusterNode {
                 config.tls.clone(),
                 Arc::clone(&identity) as Arc<dyn PeerIdentity>,
             )),
-            listen: raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?,
+            listen: raft_addr(own_addr).map_err(|e| OpenError::Config(Box::new(e)))?,
             tls: config.tls.clone(),
         };
         ClusterNode::open_with(config, transport, identity).await
@@ -221,7 +224,7 @@ impl ClusterNode {
         let files = (0..group_count)
             .map(|g| snapshot::load(&engine.data_dir, g))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|reason| OpenError::Checkpoint { reason })?;
+            .map_err(|e| OpenError::Checkpoint(Box::new(e)))?;
         // The snapshot of a copy this node dropped is not this group's.
         let files: Vec<_> = files
             .into_iter()
@@ -249,18 +252,16 @@ impl ClusterNode {
                     .first_chunk::<4>()
                     .map(|g| u32::from_le_bytes(*g) as usize)
                     .filter(|_| payload.len() >= crate::raft::RECORD_PREFIX)
-                    .ok_or_else(|| "record shorter than its prefix".to_string())?;
+                    .ok_or(RecordError::ShortPrefix)?;
                 if covered_below.get(group).is_some_and(|below| pos < *below) {
                     // Covered by the group's snapshot, or of a copy this
                     // node dropped (and may lie among collected segments).
                     return Ok(());
                 }
-                indexes
+                let index = indexes
                     .get_mut(group)
-                    .ok_or_else(|| {
-                        format!("record names group {group}, which this node does not have")
-                    })?
-                    .replay(pos, payload)
+                    .ok_or(RecordError::NoSuchGroup(group))?;
+                Ok(index.replay(pos, payload)?)
             },
         )?;
         durability.on_status(Ok(log.durable_position()));
@@ -279,13 +280,11 @@ impl ClusterNode {
             ..Default::default()
         }
         .validate()
-        .map_err(|e| OpenError::Config {
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| OpenError::Config(Box::new(e)))?;
         let activity = Arc::new(Activity::default());
         let mut members = BTreeMap::new();
         for (id, http) in &config.peers {
-            let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
+            let addr = raft_addr(http).map_err(|e| OpenError::Config(Box::new(e)))?;
             members.insert(*id, BasicNode { addr });
         }
         let transport = Arc::new(transport);
@@ -301,7 +300,7 @@ impl ClusterNode {
                 Tiering::open(tc, config.node_id, group_count as usize)
             })
             .transpose()
-            .map_err(|reason| OpenError::Config { reason })?;
+            .map_err(|e| OpenError::Config(Box::new(e)))?;
         let starter = Arc::new(RaftStarter {
             node_id: config.node_id,
             config: raft_config,
@@ -316,7 +315,7 @@ impl ClusterNode {
                 None => (StreamsState::new(), AppliedPoint::default(), None),
                 Some(file) => {
                     let state = snapshot::decode_state(&file.state)
-                        .map_err(|reason| OpenError::Checkpoint { reason })?;
+                        .map_err(|e| OpenError::Checkpoint(Box::new(e)))?;
                     if let Some(last) = file.last_log_id() {
                         index.start_after_snapshot(last, file.header.vote);
                     }
@@ -351,7 +350,7 @@ impl ClusterNode {
             let raft = starter
                 .start(&shared)
                 .await
-                .map_err(|reason| OpenError::Config { reason })?;
+                .map_err(|e| OpenError::Config(Box::new(e)))?;
             groups.push(Arc::new(RaftGroup::new(
                 g as u32,
                 config.node_id,
@@ -595,7 +594,7 @@ impl ClusterNode {
     /// Snapshots every group that applied entries since its last snapshot,
     /// then deletes the log segments no group needs any more; returns the
     /// bytes reclaimed.
-    pub async fn checkpoint(&self) -> Result<u64, String> {
+    pub async fn checkpoint(&self) -> Result<u64, CollectError> {
         self.collector.checkpoint().await
     }
 
@@ -628,162 +627,6 @@ impl ClusterNode {
         for group in &self.groups {
             let _ = group.raft().shutdown().await;
         }
-    }
-}
-
-impl NodeEngine for ClusterNode {
-    fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, EngineError>> {
-        Box::pin(ClusterNode::propose(self, command))
-    }
-
-    fn engine_for(&self, name: &str) -> &dyn GroupEngine {
-        self.group_for(name).as_ref()
-    }
-
-    fn write_failure(&self) -> Option<String> {
-        self.log.failure().map(|e| e.to_string())
-    }
-
-    /// Not ready while the log failed, or while any group has no leader,
-    /// is led from here without a quorum heard from lately, or holds this
-    /// node's vote because it is still catching up after losing its state.
-    fn unready(&self) -> Option<String> {
-        if let Some(reason) = self.write_failure() {
-            return Some(format!("storage failed: {reason}"));
-        }
-        if self.identity.removed() {
-            return Some("this node was removed from the cluster for good".into());
-        }
-        for group in &self.groups {
-            let index = group.index();
-            if self.held_elsewhere(group) {
-                // Served there: this node needs only to know where.
-                if self.hosting.hint(index).is_none() {
-                    return Some(format!(
-                        "group {index}: held elsewhere, its leader not known yet"
-                    ));
-                }
-                continue;
-            }
-            if self.served.votes().refuses(index, &group.raft()) {
-                return Some(format!("group {index}: catching up after losing its state"));
-            }
-            let metrics = group.raft().metrics().borrow().clone();
-            match metrics.current_leader {
-                None => return Some(format!("group {index} has no leader")),
-                Some(leader) if leader == self.node_id => {
-                    let silent = metrics.millis_since_quorum_ack.map(Duration::from_millis);
-                    if silent.is_none_or(|s| s > self.quorum_silence) {
-                        return Some(format!(
-                            "group {index}: led here, but no quorum answered for {}",
-                            silent.map_or("ever".into(), |s| format!("{} ms", s.as_millis()))
-                        ));
-                    }
-                }
-                Some(_) => {}
-            }
-        }
-        None
-    }
-
-    fn route(&self, name: &str) -> Route {
-        self.route_to(self.group_for(name))
-    }
-
-    fn control_route(&self) -> Route {
-        self.route_to(&self.groups[control::CONTROL_GROUP])
-    }
-
-    fn control_term(&self) -> Option<u64> {
-        let group = &self.groups[control::CONTROL_GROUP];
-        group.leads().then(|| group.term())
-    }
-
-    fn control(&self) -> &Control {
-        &self.control
-    }
-
-    fn cluster(&self) -> Option<&dyn ClusterOps> {
-        Some(self)
-    }
-
-    fn read_barrier<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
-        Box::pin(self.group_for(name).read_barrier())
-    }
-
-    fn prepare_live_read<'a>(&'a self, name: &'a str) -> BoxFuture<'a, bool> {
-        Box::pin(self.live_read_ready(name))
-    }
-
-    fn live_named<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, LiveNamed> {
-        Box::pin(self.live_named_in_groups(names))
-    }
-
-    fn list_streams<'a>(
-        &'a self,
-        prefix: &'a str,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<(Vec<Listed>, bool), EngineError>> {
-        Box::pin(self.list_caught_up(prefix, after, limit))
-    }
-
-    fn same_group(&self, a: &str, b: &str) -> bool {
-        let groups = self.groups.len();
-        placement::stream_group(a, groups) == placement::stream_group(b, groups)
-    }
-
-    fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
-        upkeep::take_released_pins(&self.groups)
-    }
-
-    fn metrics(&self) -> NodeMetrics {
-        self.report_metrics()
-    }
-
-    fn status(&self) -> serde_json::Value {
-        self.report_status()
-    }
-}
-
-impl ClusterOps for ClusterNode {
-    fn node_id(&self) -> NodeId {
-        self.node_id
-    }
-
-    fn group_route(&self, group: u32) -> Route {
-        self.groups
-            .get(group as usize)
-            // No such group: answered here, where `change_member` refuses it.
-            .map_or(Route::Local, |g| self.route_to(g))
-    }
-
-    fn change_member(
-        &self,
-        group: u32,
-        change: MemberChange,
-    ) -> BoxFuture<'_, Result<MemberReport, EngineError>> {
-        Box::pin(ClusterNode::change_member(self, group, change))
-    }
-
-    fn holds_group_of(&self, name: &str) -> bool {
-        self.holds(self.group_for(name))
-    }
-
-    fn every_node_holds_every_group(&self) -> bool {
-        let everyone: std::collections::BTreeSet<NodeId> = self.groups[control::CONTROL_GROUP]
-            .members()
-            .into_iter()
-            .map(|(node, _)| node)
-            .collect();
-        self.groups.iter().all(|g| {
-            self.holds(g)
-                && g.members()
-                    .into_iter()
-                    .map(|(node, _)| node)
-                    .collect::<std::collections::BTreeSet<_>>()
-                    == everyone
-        })
     }
 }
 

@@ -9,7 +9,7 @@ use runnel_core::listing::Listed;
 use super::{ClusterNode, FOLLOWER_CATCH_UP};
 use crate::api::{LiveNamed, Route};
 use crate::clock::now_ms;
-use crate::error::EngineError;
+use crate::error::{EngineError, ReplicationError, Unreadable};
 use crate::raft::group::RaftGroup;
 use crate::raft::transport::{ListRequest, MAX_LISTED};
 use crate::upkeep::merge_listing;
@@ -89,14 +89,14 @@ impl ClusterNode {
                 );
                 continue;
             }
-            let unreadable = |why: String| {
-                EngineError::Replication(format!(
-                    "group {} cannot be read consistently at the moment ({why}); retry",
-                    group.index()
-                ))
+            let unreadable = |why| {
+                EngineError::Replication(ReplicationError::Unreadable {
+                    group: group.index(),
+                    why,
+                })
             };
             let Route::Forward { node: leader, .. } = self.route_to(group) else {
-                return Err(unreadable("no leader, or this node lags".into()));
+                return Err(unreadable(Unreadable::NoLeader));
             };
             let request = ListRequest {
                 prefix: prefix.to_string(),
@@ -105,7 +105,7 @@ impl ClusterNode {
                 names: None,
             };
             let remote = self.peers_asked.list(leader, group.index(), &request).await;
-            page.extend(remote.map_err(|e| unreadable(format!("its leader, node {leader}: {e}")))?);
+            page.extend(remote.map_err(|error| unreadable(Unreadable::Leader { leader, error }))?);
         }
         Ok(merge_listing(page, limit))
     }

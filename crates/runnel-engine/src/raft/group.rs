@@ -25,7 +25,7 @@ use super::starter::RaftSlot;
 use super::transfer::mute::MutedPeers;
 use super::{AppRequest, NodeId, Raft};
 use crate::api::{BoxFuture, GroupEngine};
-use crate::error::EngineError;
+use crate::error::{EngineError, ReplicationError};
 use crate::metrics::GroupMetrics;
 use crate::upkeep::{propose_with_expiry, MaintainedGroup};
 use crate::view::{delegate_reads_to_view, GroupView};
@@ -315,13 +315,17 @@ async fn propose_batches(
         let counts = Arc::clone(&counts);
         tokio::spawn(async move {
             let results = match submitted {
-                Err(fatal) => Err(EngineError::Replication(fatal.to_string())),
+                Err(fatal) => Err(EngineError::Replication(ReplicationError::Fatal(Box::new(
+                    fatal,
+                )))),
                 Ok(receiver) => match receiver.await {
                     Err(_) => Err(EngineError::ShuttingDown),
                     Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
                         Err(EngineError::NotLeader(forward.leader_id))
                     }
-                    Ok(Err(other)) => Err(EngineError::Replication(other.to_string())),
+                    Ok(Err(other)) => Err(EngineError::Replication(ReplicationError::Write(
+                        Box::new(other),
+                    ))),
                     Ok(Ok(response)) => Ok(response.data.0),
                 },
             };
@@ -345,7 +349,7 @@ async fn propose_batches(
                     );
                     for reply in replies {
                         let _ = reply.send(Err(EngineError::Replication(
-                            "the batch was applied, but its outcome is unknown".into(),
+                            ReplicationError::OutcomeUnknown,
                         )));
                     }
                 }

@@ -57,7 +57,7 @@ impl AppRequest {
     }
 
     /// The encoded entries with their offsets in the batch.
-    pub fn items(&self) -> impl Iterator<Item = Result<(usize, &[u8]), String>> + '_ {
+    pub fn items(&self) -> impl Iterator<Item = Result<(usize, &[u8]), BatchError>> + '_ {
         let mut at = 0;
         std::iter::from_fn(move || {
             if at >= self.0.len() {
@@ -68,7 +68,7 @@ impl AppRequest {
                 .map(|len| u32::from_le_bytes(*len) as usize)
                 .filter(|len| at + 4 + len <= self.0.len())
                 .map(|len| (at + 4, &self.0[at + 4..at + 4 + len]))
-                .ok_or_else(|| format!("truncated batch item at byte {at}"));
+                .ok_or(BatchError::Truncated { at });
             at = match &item {
                 Ok((start, bytes)) => start + bytes.len(),
                 Err(_) => self.0.len(),
@@ -82,6 +82,16 @@ impl fmt::Debug for AppRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "AppRequest({} bytes)", self.0.len())
     }
+}
+
+/// Why an item of a replicated batch could not be read (the leader
+/// encoded it: a bug, which every node meets alike).
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    #[error("truncated batch item at byte {at}")]
+    Truncated { at: usize },
+    #[error(transparent)]
+    Entry(#[from] runnel_core::CodecError),
 }
 
 /// What applying a batch answered, one result per proposal, handed to the
@@ -161,12 +171,10 @@ pub(crate) fn storage_error(
 pub(crate) async fn blocking<T: Send + 'static>(
     inline: bool,
     f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, String> {
+) -> Result<T, tokio::task::JoinError> {
     if inline {
         Ok(f())
     } else {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(|e| e.to_string())
+        tokio::task::spawn_blocking(f).await
     }
 }

@@ -16,7 +16,7 @@
 use runnel_core::{Command, CoreError, ForkFrom, TieredView};
 
 use super::reader;
-use crate::error::EngineError;
+use crate::error::{EngineError, TierReadError};
 use crate::view::GroupView;
 
 /// The command to propose for `command`: checked, and with fork
@@ -86,9 +86,10 @@ async fn footer(
     view: &GroupView,
     at: &TieredView,
 ) -> Result<std::sync::Arc<runnel_tier::Footer>, EngineError> {
-    let tier = view.tier.as_ref().ok_or_else(|| {
-        EngineError::Tier("tiered history needs the object store (--object-store)".into())
-    })?;
+    let tier = view
+        .tier
+        .as_ref()
+        .ok_or(EngineError::Tier(TierReadError::NoStore))?;
     reader::footer(tier, at.owner, &at.chunk).await
 }
 

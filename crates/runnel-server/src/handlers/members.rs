@@ -15,6 +15,7 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::Method;
 use runnel_engine::cluster::membership::MemberChange;
+use runnel_engine::error::MembershipError;
 use runnel_engine::{ClusterOps, EngineError, Route};
 
 use crate::error::ApiError;
@@ -30,10 +31,8 @@ pub async fn change(app: AppState, request: Request) -> Response {
     };
     // A single node has no membership to change.
     let Some(cluster) = app.node.cluster() else {
-        return ApiError::from(EngineError::Membership(
-            "this server is a single node: it has no cluster membership to change".into(),
-        ))
-        .into_response();
+        return ApiError::from(EngineError::Membership(MembershipError::SingleNode))
+            .into_response();
     };
     match cluster.group_route(group) {
         Route::Local => apply(cluster, group, change)

@@ -23,6 +23,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 use runnel_engine::cluster::ClusterNode;
+use runnel_engine::error::MembershipError;
 use runnel_engine::raft::runtime::seed_thread_rng;
 use runnel_engine::raft::transport::raft_addr;
 use runnel_engine::raft::NodeId;
@@ -167,7 +168,7 @@ async fn refuse_removal_without_quorum(sim: &mut Sim, workload: &Workload, seed:
                 None => Err(EngineError::NotLeader(None)),
             };
             match outcome {
-                Err(EngineError::Membership(reason)) if reason.contains("without a quorum") => {
+                Err(EngineError::Membership(reason @ MembershipError::NoQuorum { .. })) => {
                     sim.note(format!("{} group {g} refused: {reason}", at()));
                     break;
                 }

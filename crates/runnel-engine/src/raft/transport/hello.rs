@@ -23,6 +23,7 @@ use std::sync::Arc;
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
 use super::{read_frame, request_frame, PeerIdentity, CONNECT_TIMEOUT, KIND_HELLO};
+use crate::error::HelloError;
 use crate::raft::NodeId;
 
 /// The answer's status byte for a node removed for good (1 is "ok", 0 a
@@ -31,53 +32,6 @@ pub(super) const RETIRED: u8 = 2;
 
 /// The version of the [`Hello`] this build sends.
 const HELLO_VERSION: u8 = 1;
-
-/// Why a hello failed, on either side. The answering side sends its
-/// refusal's text to the dialer, which reports it as [`HelloError::Refused`].
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum HelloError {
-    #[error("an empty hello")]
-    Empty,
-    #[error("a hello of version 0")]
-    VersionZero,
-    #[error("a hello without the sender's node id")]
-    NoNodeId,
-    #[error("a hello without a cluster id")]
-    NoClusterId,
-    #[error("a hello's cluster id is cut short")]
-    CutShort,
-    #[error("a hello with bytes after its fields")]
-    TrailingBytes,
-    #[error("a hello's cluster id is not UTF-8")]
-    NotUtf8,
-    #[error("a hello's cluster id: {0}")]
-    BadClusterId(String),
-    /// The two nodes know different cluster ids.
-    #[error("this node belongs to cluster {mine:?}, the peer to cluster {theirs:?}")]
-    OtherCluster { mine: String, theirs: String },
-    /// The first frame of a connection was not a hello.
-    #[error("a connection must open with a hello (is the peer an older version?)")]
-    NotAHello,
-    /// The peer dialing was removed from the cluster for good.
-    #[error("node {0} was removed from this cluster for good; it cannot serve again")]
-    RetiredNode(NodeId),
-    #[error("no answer to the hello")]
-    NoAnswer,
-    #[error("hello: {0}")]
-    Io(Arc<std::io::Error>),
-    /// The node reached is not the one dialed.
-    #[error("{addr} is node {found}, not node {dialed} (was the address given to another node?)")]
-    WrongNode {
-        addr: String,
-        found: NodeId,
-        dialed: NodeId,
-    },
-    /// The peer refused this node, for the reason it gave.
-    #[error("refused: {0}")]
-    Refused(String),
-    #[error("a short answer to the hello")]
-    ShortAnswer,
-}
 
 /// A hello, or the answer to one: who sends it, and the cluster it
 /// knows, if any.
@@ -124,8 +78,7 @@ pub(super) fn decode(body: &[u8]) -> Result<Hello, HelloError> {
         None
     } else {
         let id = std::str::from_utf8(id).map_err(|_| HelloError::NotUtf8)?;
-        runnel_core::cluster_meta::validate(id)
-            .map_err(|e| HelloError::BadClusterId(e.to_string()))?;
+        runnel_core::cluster_meta::validate(id).map_err(HelloError::BadClusterId)?;
         Some(id.to_string())
     };
     Ok(Hello {

@@ -17,11 +17,12 @@ use super::{
     PeerIdentity, CONNECT_TIMEOUT, KIND_HANDOFF, KIND_LEADER, KIND_LIST, KIND_PROBE,
     KIND_READ_INDEX,
 };
+use crate::error::PeerError;
 use crate::metrics::histogram::Histogram;
 use crate::metrics::PeerMetrics;
 use crate::raft::NodeId;
 
-type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, String>>>>;
+type Pending = Mutex<HashMap<u64, oneshot::Sender<Result<Vec<u8>, PeerError>>>>;
 
 /// One open connection to a peer.
 struct Connection {
@@ -82,7 +83,7 @@ impl PeerLink {
         group: u32,
         body: &[u8],
         timeout: Duration,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, PeerError> {
         let started = std::time::Instant::now();
         let answer = self.exchange(kind, group, body, timeout).await;
         self.latency.observe(started.elapsed());
@@ -98,7 +99,7 @@ impl PeerLink {
         group: u32,
         body: &[u8],
         timeout: Duration,
-    ) -> Result<Vec<u8>, String> {
+    ) -> Result<Vec<u8>, PeerError> {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
         let frame = request_frame(id, kind, group, body);
         let (tx, rx) = oneshot::channel();
@@ -132,10 +133,15 @@ impl PeerLink {
         };
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
-            Ok(Err(_)) => Err(format!("connection to {} closed", self.addr)),
+            Ok(Err(_)) => Err(PeerError::Closed {
+                addr: self.addr.clone(),
+            }),
             Err(_) => {
                 pending.lock().expect("pending lock").remove(&id);
-                Err(format!("no answer from {} within {timeout:?}", self.addr))
+                Err(PeerError::NoAnswer {
+                    addr: self.addr.clone(),
+                    timeout,
+                })
             }
         }
     }
@@ -155,42 +161,50 @@ impl PeerLink {
     }
 
     /// Asks this peer to play `role` in a leadership transfer of `group`.
-    pub async fn handoff(&self, group: u32, role: u8) -> Result<(), String> {
+    pub async fn handoff(&self, group: u32, role: u8) -> Result<(), PeerError> {
         self.call(KIND_HANDOFF, group, &[role], Duration::from_secs(1))
             .await
             .map(drop)
     }
 
     /// A page of `group`'s streams from this peer, its leader.
-    pub async fn list(&self, group: u32, request: &ListRequest) -> Result<Vec<Listed>, String> {
-        let body = bincode::serialize(request).map_err(|e| e.to_string())?;
+    pub async fn list(&self, group: u32, request: &ListRequest) -> Result<Vec<Listed>, PeerError> {
+        let body = bincode::serialize(request).map_err(|e| PeerError::Encode {
+            what: "listing request",
+            reason: e.to_string(),
+        })?;
         let reply = self
             .call(KIND_LIST, group, &body, Duration::from_secs(5))
             .await?;
-        bincode::deserialize(&reply).map_err(|e| format!("undecodable listing: {e}"))
+        bincode::deserialize(&reply).map_err(|e| undecodable("listing", e))
     }
 
     /// Who leads `group`, as this peer knows.
-    pub async fn leader_view(&self, group: u32) -> Result<LeaderView, String> {
+    pub async fn leader_view(&self, group: u32) -> Result<LeaderView, PeerError> {
         let reply = self
             .call(KIND_LEADER, group, &[], Duration::from_secs(1))
             .await?;
-        bincode::deserialize(&reply).map_err(|e| format!("undecodable leader view: {e}"))
+        bincode::deserialize(&reply).map_err(|e| undecodable("leader view", e))
     }
 
     /// The read index of `group` from this peer, its leader.
-    pub async fn read_index(&self, group: u32) -> Result<Option<u64>, String> {
+    pub async fn read_index(&self, group: u32) -> Result<Option<u64>, PeerError> {
         let reply = self
             .call(KIND_READ_INDEX, group, &[], Duration::from_secs(2))
             .await?;
-        bincode::deserialize(&reply).map_err(|e| format!("undecodable read index: {e}"))
+        bincode::deserialize(&reply).map_err(|e| undecodable("read index", e))
     }
 
-    async fn connect(&self) -> Result<Connection, String> {
+    async fn connect(&self) -> Result<Connection, PeerError> {
         let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&self.addr))
             .await
-            .map_err(|_| format!("connecting to {} timed out", self.addr))?
-            .map_err(|e| format!("connecting to {}: {e}", self.addr))?;
+            .map_err(|_| PeerError::ConnectTimeout {
+                addr: self.addr.clone(),
+            })?
+            .map_err(|e| PeerError::Connect {
+                addr: self.addr.clone(),
+                source: Arc::new(e),
+            })?;
         let _ = stream.set_nodelay(true);
         let (mut reader, mut writer): (
             Box<dyn AsyncRead + Send + Unpin>,
@@ -203,8 +217,13 @@ impl PeerLink {
             Some(tls) => {
                 let stream = tokio::time::timeout(CONNECT_TIMEOUT, tls.connect(self.peer, stream))
                     .await
-                    .map_err(|_| format!("TLS with {} timed out", self.addr))?
-                    .map_err(|e| format!("TLS with {}: {e}", self.addr))?;
+                    .map_err(|_| PeerError::TlsTimeout {
+                        addr: self.addr.clone(),
+                    })?
+                    .map_err(|e| PeerError::Tls {
+                        addr: self.addr.clone(),
+                        source: Arc::new(e),
+                    })?;
                 let (reader, writer) = tokio::io::split(stream);
                 (Box::new(reader), Box::new(writer))
             }
@@ -217,7 +236,10 @@ impl PeerLink {
             &self.addr,
         )
         .await
-        .map_err(|reason| format!("{}: {reason}", self.addr))?;
+        .map_err(|source| PeerError::Hello {
+            addr: self.addr.clone(),
+            source,
+        })?;
         let (frames, outgoing) = mpsc::unbounded_channel::<Vec<u8>>();
         let pending: Arc<Pending> = Arc::default();
         let alive = Arc::new(AtomicBool::new(true));
@@ -238,7 +260,9 @@ impl PeerLink {
                         let answer = if frame[8] == 1 {
                             Ok(frame[9..].to_vec())
                         } else {
-                            Err(String::from_utf8_lossy(&frame[9..]).into_owned())
+                            Err(PeerError::Remote(
+                                String::from_utf8_lossy(&frame[9..]).into_owned(),
+                            ))
                         };
                         let waiter = reader_pending.lock().expect("pending lock").remove(&id);
                         if let Some(waiter) = waiter {
@@ -337,5 +361,13 @@ impl Links {
             .values()
             .cloned()
             .collect()
+    }
+}
+
+/// A peer's answer that did not decode as `what`.
+fn undecodable(what: &'static str, error: bincode::Error) -> PeerError {
+    PeerError::Undecodable {
+        what,
+        reason: error.to_string(),
     }
 }

@@ -10,11 +10,11 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::{
-    hello, read_frame, response_frame, status_frame, write_frames, Served, CONNECT_TIMEOUT,
-    KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_LIST, KIND_PROBE, KIND_READ_INDEX,
-    KIND_SNAPSHOT, KIND_VOTE,
+    hello, read_frame, response_frame, status_frame, write_frames, ServeError, Served,
+    CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_LIST, KIND_PROBE,
+    KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
 };
-use crate::raft::vote_guard::REFUSAL;
+use crate::error::HelloError;
 use crate::raft::{NodeId, TypeConfig};
 
 /// Answers the Raft RPCs of every group arriving on `listener`, over
@@ -90,6 +90,19 @@ pub(super) async fn serve_connection(
     }
 }
 
+/// Why a request frame's body did not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("undecodable raft request: {0}")]
+    Undecodable(#[from] bincode::Error),
+    #[error("a handover request without a role")]
+    NoRole,
+    #[error(transparent)]
+    Hello(#[from] HelloError),
+    #[error("unknown raft request kind {0}")]
+    UnknownKind(u8),
+}
+
 /// A peer's request, decoded from the body of its frame.
 pub enum PeerRequest {
     Append(AppendEntriesRequest<TypeConfig>),
@@ -111,31 +124,26 @@ pub enum PeerRequest {
 /// Decodes the body of a request frame of `kind`: all of it comes from
 /// whoever reached the Raft port, so nothing here may panic or allocate
 /// without bound (fuzzed: `fuzz/fuzz_targets/raft_frame.rs`).
-pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
-    let bad = |e: bincode::Error| format!("undecodable raft request: {e}");
+pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, RequestError> {
     Ok(match kind {
-        KIND_APPEND => PeerRequest::Append(bincode::deserialize(body).map_err(bad)?),
-        KIND_VOTE => PeerRequest::Vote(bincode::deserialize(body).map_err(bad)?),
-        KIND_SNAPSHOT => PeerRequest::Snapshot(bincode::deserialize(body).map_err(bad)?),
+        KIND_APPEND => PeerRequest::Append(bincode::deserialize(body)?),
+        KIND_VOTE => PeerRequest::Vote(bincode::deserialize(body)?),
+        KIND_SNAPSHOT => PeerRequest::Snapshot(bincode::deserialize(body)?),
         KIND_PROBE => PeerRequest::Probe,
         KIND_READ_INDEX => PeerRequest::ReadIndex,
-        KIND_HANDOFF => {
-            PeerRequest::Handoff(*body.first().ok_or("a handover request without a role")?)
-        }
-        KIND_HELLO => PeerRequest::Hello(hello::decode(body).map_err(|e| e.to_string())?),
+        KIND_HANDOFF => PeerRequest::Handoff(*body.first().ok_or(RequestError::NoRole)?),
+        KIND_HELLO => PeerRequest::Hello(hello::decode(body)?),
         KIND_LEADER => PeerRequest::Leader,
-        KIND_LIST => PeerRequest::List(bincode::deserialize(body).map_err(bad)?),
-        other => return Err(format!("unknown raft request kind {other}")),
+        KIND_LIST => PeerRequest::List(bincode::deserialize(body)?),
+        other => return Err(RequestError::UnknownKind(other)),
     })
 }
 
-async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, String> {
-    let raft = served
-        .raft(group)
-        .ok_or_else(|| format!("this node has no group {group}"))?;
+async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, ServeError> {
+    let raft = served.group_raft(group)?;
     let encoded = match decode_request(kind, body)? {
         PeerRequest::Append(request) => bincode::serialize(&raft.append_entries(request).await),
-        PeerRequest::Vote(_) if served.refuses_vote(group) => return Err(REFUSAL.into()),
+        PeerRequest::Vote(_) if served.refuses_vote(group) => return Err(ServeError::VoteHeld),
         PeerRequest::Vote(request) => bincode::serialize(&raft.vote(request).await),
         PeerRequest::Snapshot(request) => bincode::serialize(&raft.install_snapshot(request).await),
         PeerRequest::Probe => bincode::serialize(&served.probe(group).await?),
@@ -146,7 +154,7 @@ async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Ve
             served.handoff(group, role)?;
             bincode::serialize(&())
         }
-        PeerRequest::Hello(_) => return Err("a hello only opens a connection".into()),
+        PeerRequest::Hello(_) => return Err(ServeError::HelloAfterOpen),
     };
-    encoded.map_err(|e| format!("encoding the raft response: {e}"))
+    Ok(encoded?)
 }

@@ -40,14 +40,16 @@ mod queries;
 mod served;
 mod tcp;
 
+pub use crate::api::{http_addr, raft_addr, AddrError};
+pub use crate::error::{HelloError, PeerError};
 pub use hello::Hello;
 pub use link::{Links, PeerLink};
 pub(crate) use listener::serve;
-pub use listener::{decode_request, PeerRequest};
+pub use listener::{decode_request, PeerRequest, RequestError};
 pub use network::{GroupNetwork, NetworkFactory};
 pub(crate) use queries::{leader_listing, leader_read_index, PeerQueries};
 pub use queries::{LeaderMembers, LeaderView, ListRequest, MAX_LISTED};
-pub use served::{PeerGroup, PeerIdentity, Served};
+pub use served::{PeerGroup, PeerIdentity, ServeError, Served};
 pub(crate) use tcp::TcpTransport;
 
 const KIND_APPEND: u8 = 1;
@@ -73,35 +75,6 @@ const KIND_LIST: u8 = 9;
 /// Largest frame accepted (a batch of entries of the largest record size).
 const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The Raft address of a node whose HTTP listener is `http_addr`: the
-/// same host, the port plus one.
-pub fn raft_addr(http_addr: &str) -> Result<String, String> {
-    let (host, port) = http_addr
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{http_addr:?} is not HOST:PORT"))?;
-    let port: u16 = port
-        .parse()
-        .map_err(|_| format!("{http_addr:?} has no valid port"))?;
-    let raft_port = port
-        .checked_add(1)
-        .ok_or_else(|| format!("{http_addr:?}: port {port} leaves no room for the Raft port"))?;
-    Ok(format!("{host}:{raft_port}"))
-}
-
-/// The HTTP address of a node whose Raft address is `raft_addr` (the
-/// inverse of [`raft_addr`]).
-pub fn http_addr(raft_addr: &str) -> Result<String, String> {
-    let (host, port) = raft_addr
-        .rsplit_once(':')
-        .ok_or_else(|| format!("{raft_addr:?} is not HOST:PORT"))?;
-    let http_port = port
-        .parse::<u16>()
-        .ok()
-        .and_then(|p| p.checked_sub(1))
-        .ok_or_else(|| format!("{raft_addr:?} has no valid Raft port"))?;
-    Ok(format!("{host}:{http_port}"))
-}
 
 /// Writes queued frames, flushing once the queue is empty (frames queued
 /// together leave in one write), until the queue closes or a write fails.
@@ -134,10 +107,10 @@ fn request_frame(id: u64, kind: u8, group: u32, body: &[u8]) -> Vec<u8> {
 
 /// A response frame to request `id`, its length prefix included: the
 /// answer's body, or the reason it failed.
-fn response_frame(id: u64, answer: Result<Vec<u8>, String>) -> Vec<u8> {
+fn response_frame(id: u64, answer: Result<Vec<u8>, ServeError>) -> Vec<u8> {
     match answer {
         Ok(body) => status_frame(id, 1, &body),
-        Err(reason) => status_frame(id, 0, reason.as_bytes()),
+        Err(reason) => status_frame(id, 0, reason.to_string().as_bytes()),
     }
 }
 
@@ -198,13 +171,18 @@ pub trait Transport: Send + Sync + 'static {
     fn forget_all_but(&self, _members: &std::collections::BTreeSet<NodeId>) {}
 
     /// The read index of `group` from `leader` (see [`PeerQueries`]).
-    fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>>;
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<Option<u64>, PeerError>>;
 
     /// The peers this node links to.
     fn peer_ids(&self) -> Vec<NodeId>;
 
     /// Who leads `group`, as `node` knows it.
-    fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>>;
+    fn leader_view(&self, node: NodeId, group: u32)
+        -> BoxFuture<'_, Result<LeaderView, PeerError>>;
 
     /// A page of `group`'s streams from `leader`.
     fn list<'a>(
@@ -212,8 +190,8 @@ pub trait Transport: Send + Sync + 'static {
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<Vec<Listed>, String>>;
+    ) -> BoxFuture<'a, Result<Vec<Listed>, PeerError>>;
 
     /// Asks `node` to play `role` in a leadership transfer of `group`.
-    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>>;
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), PeerError>>;
 }

@@ -6,9 +6,10 @@
 
 use runnel_core::listing::Listed;
 
-use super::Transport;
+use super::{ServeError, Transport};
 use crate::api::BoxFuture;
 use crate::clock::now_ms;
+use crate::error::PeerError;
 use crate::raft::{LogId, NodeId, Raft};
 use crate::view::GroupView;
 
@@ -73,28 +74,41 @@ impl LeaderView {
 /// stale), and who leads a group it holds no copy of. Object-safe, unlike
 /// [`Transport`].
 pub(crate) trait PeerQueries: Send + Sync {
-    fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>>;
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<Option<u64>, PeerError>>;
 
-    fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>>;
+    fn leader_view(&self, node: NodeId, group: u32)
+        -> BoxFuture<'_, Result<LeaderView, PeerError>>;
 
     fn list<'a>(
         &'a self,
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<Vec<Listed>, String>>;
+    ) -> BoxFuture<'a, Result<Vec<Listed>, PeerError>>;
 
     /// Asks `node` to play `role` in a leadership transfer of `group`
     /// (see [`crate::raft::transfer`]).
-    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>>;
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), PeerError>>;
 }
 
 impl<T: Transport> PeerQueries for T {
-    fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>> {
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<Option<u64>, PeerError>> {
         Transport::read_index(self, leader, group)
     }
 
-    fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>> {
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<LeaderView, PeerError>> {
         Transport::leader_view(self, node, group)
     }
 
@@ -103,11 +117,11 @@ impl<T: Transport> PeerQueries for T {
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<Vec<Listed>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<Listed>, PeerError>> {
         Transport::list(self, leader, group, request)
     }
 
-    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>> {
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), PeerError>> {
         Transport::handoff(self, node, group, role)
     }
 }
@@ -130,7 +144,7 @@ pub(crate) async fn leader_listing(
     raft: &Raft,
     view: &GroupView,
     request: &ListRequest,
-) -> Result<Vec<Listed>, String> {
+) -> Result<Vec<Listed>, ServeError> {
     leader_read_index(raft).await?;
     let limit = request.limit.min(MAX_LISTED) as usize;
     let now = now_ms();
@@ -146,9 +160,9 @@ pub(crate) async fn leader_listing(
 
 /// The leader's side of a read index: confirms leadership with a quorum
 /// and answers the index to apply up to.
-pub(crate) async fn leader_read_index(raft: &Raft) -> Result<Option<u64>, String> {
+pub(crate) async fn leader_read_index(raft: &Raft) -> Result<Option<u64>, ServeError> {
     raft.ensure_linearizable()
         .await
         .map(|log_id| log_id.map(|l| l.index))
-        .map_err(|e| e.to_string())
+        .map_err(|e| ServeError::NotConfirmed(Box::new(e)))
 }

@@ -6,8 +6,11 @@ use std::sync::Arc;
 
 use runnel_core::listing::Listed;
 
-use super::hello::HelloError;
-use super::{leader_listing, leader_read_index, LeaderView, ListRequest};
+use openraft::error::{CheckIsLeaderError, RaftError};
+use openraft::BasicNode;
+
+use super::{leader_listing, leader_read_index, LeaderView, ListRequest, RequestError};
+use crate::error::HelloError;
 use crate::raft::starter::RaftSlot;
 use crate::raft::transfer;
 use crate::raft::vote_guard::{VoteGuard, REFUSAL};
@@ -41,6 +44,30 @@ pub trait PeerIdentity: Send + Sync + 'static {
     /// A peer (at `by`) refused this node as removed from the cluster for
     /// good.
     fn mark_removed(&self, by: &str);
+}
+
+/// Why a node refuses a peer's request. Its text is what the peer gets
+/// (`PeerError::Remote` there): the wire carries text.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("this node has no group {0}")]
+    NoGroup(u32),
+    #[error("no such group")]
+    NoView,
+    /// This node lost its copy of the group and has not caught up (see
+    /// [`VoteGuard`]).
+    #[error("{}", REFUSAL)]
+    VoteHeld,
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    /// Leadership was not confirmed with a quorum (a read index, a
+    /// listing).
+    #[error(transparent)]
+    NotConfirmed(Box<RaftError<NodeId, CheckIsLeaderError<NodeId, BasicNode>>>),
+    #[error("a hello only opens a connection")]
+    HelloAfterOpen,
+    #[error("encoding the raft response: {0}")]
+    Encode(#[from] bincode::Error),
 }
 
 /// What a node answers peers with: its groups, and whether it may vote in
@@ -89,9 +116,8 @@ impl Served {
 
     /// The Raft of `group`, or the refusal a peer gets for a group this
     /// node does not have.
-    fn group_raft(&self, group: u32) -> Result<Raft, String> {
-        self.raft(group)
-            .ok_or_else(|| format!("this node has no group {group}"))
+    pub(super) fn group_raft(&self, group: u32) -> Result<Raft, ServeError> {
+        self.raft(group).ok_or(ServeError::NoGroup(group))
     }
 
     /// Whether this node refuses to vote in `group` now (it lost its copy
@@ -104,36 +130,36 @@ impl Served {
 
     /// The read index of `group`, which this node leads (see
     /// [`leader_read_index`]).
-    pub async fn read_index(&self, group: u32) -> Result<Option<u64>, String> {
+    pub async fn read_index(&self, group: u32) -> Result<Option<u64>, ServeError> {
         leader_read_index(&self.group_raft(group)?).await
     }
 
     /// A page of `group`'s streams, which this node leads (see
     /// [`leader_listing`]).
-    pub async fn list(&self, group: u32, request: &ListRequest) -> Result<Vec<Listed>, String> {
+    pub async fn list(&self, group: u32, request: &ListRequest) -> Result<Vec<Listed>, ServeError> {
         let raft = self.group_raft(group)?;
-        let view = self.views.get(group as usize).ok_or("no such group")?;
+        let view = self.views.get(group as usize).ok_or(ServeError::NoView)?;
         leader_listing(&raft, view, request).await
     }
 
     /// Who leads `group`, as this node knows it.
-    pub fn leader_view(&self, group: u32) -> Result<LeaderView, String> {
+    pub fn leader_view(&self, group: u32) -> Result<LeaderView, ServeError> {
         Ok(LeaderView::of(&self.group_raft(group)?))
     }
 
     /// Plays `role` in another node's leadership transfer of `group`
     /// (see [`transfer::on_handoff`]), unless this node holds its vote.
-    pub fn handoff(&self, group: u32, role: u8) -> Result<(), String> {
+    pub fn handoff(&self, group: u32, role: u8) -> Result<(), ServeError> {
         let raft = self.group_raft(group)?;
         if self.votes.refuses(group, &raft) {
-            return Err(REFUSAL.into());
+            return Err(ServeError::VoteHeld);
         }
         transfer::on_handoff(&raft, role);
         Ok(())
     }
 
     /// How this node's copy of `group` stands.
-    pub async fn probe(&self, group: u32) -> Result<PeerGroup, String> {
+    pub async fn probe(&self, group: u32) -> Result<PeerGroup, ServeError> {
         Ok(PeerGroup::of(&self.group_raft(group)?).await)
     }
 }

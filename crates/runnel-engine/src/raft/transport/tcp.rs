@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use super::{serve, LeaderView, Links, ListRequest, NetworkFactory, PeerGroup, Served, Transport};
 use crate::api::BoxFuture;
 use crate::datadir::OpenError;
+use crate::error::PeerError;
 use crate::metrics::PeerMetrics;
 use crate::raft::NodeId;
 
@@ -56,12 +57,13 @@ impl Transport for TcpTransport {
         })
     }
 
-    fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>> {
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<Option<u64>, PeerError>> {
         Box::pin(async move {
-            let link = self
-                .links
-                .get(leader)
-                .ok_or_else(|| format!("node {leader} is not among the peers"))?;
+            let link = self.links.get(leader).ok_or(PeerError::NotAPeer(leader))?;
             link.read_index(group).await
         })
     }
@@ -75,32 +77,27 @@ impl Transport for TcpTransport {
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<Vec<Listed>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<Listed>, PeerError>> {
         Box::pin(async move {
-            let link = self
-                .links
-                .get(leader)
-                .ok_or_else(|| format!("node {leader} is not among the peers"))?;
+            let link = self.links.get(leader).ok_or(PeerError::NotAPeer(leader))?;
             link.list(group, request).await
         })
     }
 
-    fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>> {
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<LeaderView, PeerError>> {
         Box::pin(async move {
-            let link = self
-                .links
-                .get(node)
-                .ok_or_else(|| format!("node {node} is not among the peers"))?;
+            let link = self.links.get(node).ok_or(PeerError::NotAPeer(node))?;
             link.leader_view(group).await
         })
     }
 
-    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>> {
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), PeerError>> {
         Box::pin(async move {
-            let link = self
-                .links
-                .get(node)
-                .ok_or_else(|| format!("node {node} is not among the peers"))?;
+            let link = self.links.get(node).ok_or(PeerError::NotAPeer(node))?;
             link.handoff(group, role).await
         })
     }
