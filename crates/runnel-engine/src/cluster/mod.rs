@@ -1,5 +1,11 @@
-//! A cluster member: every group is a Raft group whose voters are all the
-//! members of the cluster, with its log in this node's shared log.
+//! Cluster policy: a cluster member, whose groups are Raft groups
+//! ([`crate::raft`]) with their logs in this node's shared log, and what
+//! the cluster decides about them: who forms and joins ([`formation`],
+//! [`membership`], [`identity`]), who holds which group ([`hosting`],
+//! `placement`), who should lead ([`leaders`], `rebalance`, the control
+//! group's voters: `control_voters`), and how it checkpoints (`collect`).
+//! What it answers the HTTP layer is `serving`. It imports the consensus
+//! and base layers, never the single node (`tests/layers.rs`).
 //!
 //! The cluster forms on first start without any manual step: each node
 //! initializes every group with the same membership (the full peer list),

@@ -1,14 +1,25 @@
-//! The Raft engine: every group of the cluster is an openraft instance
+//! Consensus, the Raft engine: every group of the cluster is an openraft instance
 //! whose log lives in the node's shared [`runnel_log::Log`] (so one fsync
 //! covers the entries, votes and truncations of every group) and whose
 //! state machine is the same [`runnel_core::StreamsState`] the local
 //! engine applies to.
 //!
+//! This layer is the mechanism, below the cluster's policy (`crate::cluster`,
+//! which decides who is a member, who leads, what moves): it imports only
+//! the base layer, never the cluster (`tests/layers.rs` checks it).
+//!
 //! Module map: [`journal`] stores each group's Raft log and vote in the
-//! shared log; [`state_machine`] applies committed entries; [`transport`]
-//! carries the Raft RPCs of all groups over one TCP connection per peer
-//! pair; [`group`] is the [`crate::GroupEngine`] a client proposes to;
-//! [`starter`] starts each group's Raft (again, for a copy taken back).
+//! shared log; [`state_machine`] applies committed entries; [`snapshot`]
+//! persists and ships its state; [`transport`] carries the Raft RPCs of
+//! all groups over one TCP connection per peer pair, and answers peers
+//! ([`transport::Served`]) for whoever is this node ([`transport::PeerIdentity`]);
+//! [`group`] is the [`crate::GroupEngine`] a client proposes to;
+//! [`starter`] starts each group's Raft (again, for a copy taken back);
+//! [`runtime`] is openraft's runtime with seedable randomness;
+//! [`read_barrier`] makes a leader's reads linearizable; [`vote_guard`]
+//! keeps a node that lost its disk from voting; [`transfer`] moves a
+//! group's leadership without waiting out a lease (the mechanism: mute,
+//! plan, the peers' part).
 //!
 //! Shared-log record layout: `[group: u32 LE][kind: u8][bincode body]`,
 //! where the body of an entry record is the whole openraft entry. Its
