@@ -16,13 +16,20 @@
 //! connection is TLS both ways: a node dialing peer N accepts only N's
 //! certificate, and a node accepts only connections whose certificate
 //! names a node. Every connection opens with a [`hello`]: nodes of
-//! different clusters refuse each other. The answering side is
-//! [`listener`].
+//! different clusters refuse each other.
+//!
+//! Module map: this file holds the frames and the [`Transport`] trait (TCP
+//! here, an in-memory network in the simulator); [`link`] dials the peers
+//! ([`PeerLink`], [`Links`]); [`listener`] answers them, with what
+//! [`served`] says ([`Served`]: the same answers over any transport);
+//! [`tcp`] is the production [`Transport`]; [`network`] is openraft's
+//! side; [`queries`] what a node asks its peers while it serves.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use openraft::network::RaftNetworkFactory;
+use runnel_core::listing::Listed;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
@@ -30,7 +37,6 @@ use super::{NodeId, TypeConfig};
 use crate::api::BoxFuture;
 use crate::datadir::OpenError;
 use crate::metrics::PeerMetrics;
-use runnel_core::listing::Listed;
 
 mod hello;
 mod link;

@@ -4,10 +4,9 @@
 
 use std::sync::Arc;
 
-use runnel_core::listing::Listed;
-
 use openraft::error::{CheckIsLeaderError, RaftError};
 use openraft::BasicNode;
+use runnel_core::listing::Listed;
 
 use super::{leader_listing, leader_read_index, LeaderView, ListRequest, RequestError};
 use crate::error::HelloError;
