@@ -75,10 +75,14 @@ pub struct LogResult {
     pub sync_p99_ms: Option<f64>,
 }
 
+/// What an engine under test fails an append with (each engine has its
+/// own error type; the run only counts that it failed).
+type AppendError = Box<dyn std::error::Error + Send + Sync>;
+
 /// A write-ahead log under test: `append` returns once the record is
 /// acknowledged as the engine defines it.
 trait Engine: Send + Sync {
-    fn append(&self, writer: usize, record: &[u8]) -> Result<(), String>;
+    fn append(&self, writer: usize, record: &[u8]) -> Result<(), AppendError>;
 
     /// The engine's sync counts, where it reports them.
     fn sync_stats(&self) -> Option<SyncStats> {
@@ -391,8 +395,8 @@ impl Engine for RunnelLog {
         Some(self.log.sync_stats())
     }
 
-    fn append(&self, _writer: usize, record: &[u8]) -> Result<(), String> {
-        let at = self.log.append(record).map_err(|e| e.to_string())?;
+    fn append(&self, _writer: usize, record: &[u8]) -> Result<(), AppendError> {
+        let at = self.log.append(record)?;
         let (lock, cvar) = &*self.durable;
         let mut durable = lock.lock().expect("durable lock");
         while *durable < at.end {
@@ -440,10 +444,10 @@ mod walrus {
     }
 
     impl Engine for WalrusLog {
-        fn append(&self, writer: usize, record: &[u8]) -> Result<(), String> {
-            self.wal
-                .append_for_topic(&self.topics[writer % self.topics.len()], record)
-                .map_err(|e| e.to_string())
+        fn append(&self, writer: usize, record: &[u8]) -> Result<(), AppendError> {
+            Ok(self
+                .wal
+                .append_for_topic(&self.topics[writer % self.topics.len()], record)?)
         }
     }
 }
@@ -480,11 +484,9 @@ mod rocks {
     }
 
     impl Engine for RocksWal {
-        fn append(&self, _writer: usize, record: &[u8]) -> Result<(), String> {
+        fn append(&self, _writer: usize, record: &[u8]) -> Result<(), AppendError> {
             let key = self.next_key.fetch_add(1, Ordering::Relaxed).to_be_bytes();
-            self.db
-                .put_opt(key, record, &self.sync)
-                .map_err(|e| e.to_string())
+            Ok(self.db.put_opt(key, record, &self.sync)?)
         }
     }
 }

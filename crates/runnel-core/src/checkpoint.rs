@@ -82,11 +82,6 @@ impl StreamsState {
         self.capture_checkpoint().encode()
     }
 
-    /// Appends the encoding of the whole state to `out`.
-    pub fn encode_checkpoint_into(&self, out: &mut Vec<u8>) {
-        self.capture_checkpoint().encode_into(out)
-    }
-
     /// Takes the state for a checkpoint cheaply enough to do under the
     /// group's lock; encode the capture after releasing it.
     pub fn capture_checkpoint(&self) -> CheckpointCapture {

@@ -159,23 +159,6 @@ impl ChunkIndex {
         *self = ChunkIndex::default();
     }
 
-    /// Heap bytes the index holds, message boundaries included.
-    pub fn memory_bytes(&self) -> usize {
-        self.blocks.capacity() * std::mem::size_of::<Arc<Vec<Chunk>>>()
-            + self
-                .blocks
-                .iter()
-                .map(|b| {
-                    // The Arc's counts and the Vec header, then the chunks.
-                    16 + std::mem::size_of::<Vec<Chunk>>()
-                        + b.capacity() * std::mem::size_of::<Chunk>()
-                        + b.iter()
-                            .map(|c| c.message_ends.as_ref().map_or(0, |m| m.len() * 4))
-                            .sum::<usize>()
-                })
-                .sum::<usize>()
-    }
-
     /// Checks the block invariant.
     #[cfg(test)]
     pub fn assert_invariants(&self) {

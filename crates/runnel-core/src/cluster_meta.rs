@@ -33,22 +33,26 @@ pub const MAX_GROUPS: u32 = 4096;
 /// this make every write wait on a quorum too large to be useful.
 pub const MAX_REPLICATION: u32 = 15;
 
+/// Why a cluster id is refused (see [`validate`]).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterIdError {
+    #[error("a cluster id has 1 to {MAX_LEN} characters, not {0}")]
+    Length(usize),
+    #[error("a cluster id holds only letters, digits, '.', '_' and '-', not {0:?}")]
+    Character(char),
+}
+
 /// Checks a cluster id: 1 to [`MAX_LEN`] characters of ASCII letters,
 /// digits, `.`, `_` and `-` (it travels in file names, headers and logs).
-pub fn validate(id: &str) -> Result<(), String> {
+pub fn validate(id: &str) -> Result<(), ClusterIdError> {
     if id.is_empty() || id.len() > MAX_LEN {
-        return Err(format!(
-            "a cluster id has 1 to {MAX_LEN} characters, not {}",
-            id.len()
-        ));
+        return Err(ClusterIdError::Length(id.len()));
     }
     match id
         .chars()
         .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
     {
-        Some(c) => Err(format!(
-            "a cluster id holds only letters, digits, '.', '_' and '-', not {c:?}"
-        )),
+        Some(c) => Err(ClusterIdError::Character(c)),
         None => Ok(()),
     }
 }
@@ -127,7 +131,7 @@ impl StreamsState {
     }
 
     pub(crate) fn set_cluster_id(&mut self, id: &str) -> Result<Applied, CoreError> {
-        validate(id).map_err(|reason| CoreError::InvalidClusterId { reason })?;
+        validate(id).map_err(CoreError::InvalidClusterId)?;
         let set = self.cluster_id.is_none();
         let id = self.cluster_id.get_or_insert_with(|| id.to_string());
         Ok(Applied::ClusterId {
@@ -199,10 +203,7 @@ mod tests {
         let mut state = StreamsState::new();
         for bad in ["", "a b", "x/y", "é", &"a".repeat(MAX_LEN + 1)] {
             assert!(
-                matches!(
-                    name(&mut state, bad),
-                    Err(CoreError::InvalidClusterId { .. })
-                ),
+                matches!(name(&mut state, bad), Err(CoreError::InvalidClusterId(_))),
                 "{bad:?} accepted"
             );
         }

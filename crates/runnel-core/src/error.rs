@@ -61,8 +61,8 @@ pub enum CoreError {
     #[error("tiering refused: {reason}")]
     TierRefused { reason: String },
     /// A cluster id that [`crate::cluster_meta::validate`] refuses.
-    #[error("invalid cluster id: {reason}")]
-    InvalidClusterId { reason: String },
+    #[error("invalid cluster id: {0}")]
+    InvalidClusterId(crate::cluster_meta::ClusterIdError),
     /// A replication factor outside `1..=`[`crate::cluster_meta::MAX_REPLICATION`].
     #[error(
         "a replication factor is 1 to {max}, not {factor}",

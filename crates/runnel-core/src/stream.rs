@@ -240,12 +240,6 @@ impl StreamState {
             (None, s) => s,
         }
     }
-
-    /// Bytes of index memory this stream holds (for the memory budget and
-    /// documentation of index cost per GiB).
-    pub fn index_bytes(&self) -> usize {
-        self.x().cold.capacity() * std::mem::size_of::<ColdChunk>() + self.chunks.memory_bytes()
-    }
 }
 
 #[cfg(test)]

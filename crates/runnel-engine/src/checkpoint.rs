@@ -11,23 +11,51 @@
 //! points into them) are deleted: this is how deleted, expired and trimmed
 //! data leaves the disk. Segments that are mostly dead have their live
 //! bytes moved forward so that a later checkpoint can delete them (see
-//! [`crate::copy_forward`]).
+//! [`crate::copy_forward`]). The local engine's round (capture, store,
+//! collect, copy forward) is `node::checkpoint_and_collect`; this module
+//! holds the file format and the live-range set both engines collect by.
 //!
 //! File layout: `RNLCKPT1`, group count (u32), then per group its
 //! `applied_end` (u64), state length (u64) and state bytes, then a CRC32C
 //! (u32) of everything before it. All little-endian.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use runnel_core::checkpoint::CheckpointCapture;
 use runnel_core::StreamsState;
-use runnel_log::Log;
-
-use crate::copy_forward;
-use crate::local::{GroupCheckpoint, LocalGroup};
 
 const MAGIC: &[u8; 8] = b"RNLCKPT1";
+
+/// Why a checkpoint could not be read, written or followed up (its log
+/// collected, its sparse segments copied forward, its backup uploaded).
+#[derive(Debug, thiserror::Error)]
+pub enum CheckpointError {
+    #[error("reading the checkpoint: {0}")]
+    Read(std::io::Error),
+    #[error("checkpoint is truncated")]
+    Truncated,
+    #[error("checkpoint fails its checksum")]
+    Checksum,
+    #[error("checkpoint has no magic")]
+    NoMagic,
+    #[error("checkpoint has {found} groups, the node {node}")]
+    Groups { found: usize, node: usize },
+    #[error("checkpoint state of {0} bytes does not fit in memory")]
+    TooLarge(u64),
+    #[error("checkpoint state: {0}")]
+    State(#[from] runnel_core::CodecError),
+    #[error("writing the checkpoint: {0}")]
+    Write(std::io::Error),
+    #[error("collecting segments: {0}")]
+    Collect(runnel_log::LogError),
+    #[error(transparent)]
+    CopyForward(#[from] crate::copy_forward::CopyError),
+    /// The checkpoint's blocking task failed.
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    #[error("backing up the checkpoint: {0}")]
+    Backup(#[from] crate::tier::backup::BackupError),
+}
 const FILE: &str = "checkpoint";
 
 /// A loaded checkpoint: per group, its state and applied position.
@@ -48,41 +76,42 @@ pub(crate) fn path(dir: &Path) -> PathBuf {
 
 /// Reads the checkpoint, if there is one. A damaged checkpoint is an
 /// error, never silently ignored: the log before it may be gone.
-pub(crate) fn load(dir: &Path, groups: usize) -> Result<Option<Loaded>, String> {
+pub(crate) fn load(dir: &Path, groups: usize) -> Result<Option<Loaded>, CheckpointError> {
     let bytes = match std::fs::read(path(dir)) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("reading the checkpoint: {e}")),
+        Err(e) => return Err(CheckpointError::Read(e)),
     };
     decode(&bytes, groups).map(Some)
 }
 
 /// Decodes a checkpoint file's bytes.
-pub(crate) fn decode(bytes: &[u8], groups: usize) -> Result<Loaded, String> {
+pub(crate) fn decode(bytes: &[u8], groups: usize) -> Result<Loaded, CheckpointError> {
     let (body, crc) = bytes
         .split_last_chunk::<4>()
-        .ok_or("checkpoint is truncated")?;
+        .ok_or(CheckpointError::Truncated)?;
     if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
-        return Err("checkpoint fails its checksum".into());
+        return Err(CheckpointError::Checksum);
     }
-    let mut at = body.strip_prefix(MAGIC).ok_or("checkpoint has no magic")?;
-    let mut take = |n: usize| -> Result<&[u8], String> {
-        let (head, rest) = at.split_at_checked(n).ok_or("checkpoint is truncated")?;
+    let mut at = body.strip_prefix(MAGIC).ok_or(CheckpointError::NoMagic)?;
+    let mut take = |n: usize| -> Result<&[u8], CheckpointError> {
+        let (head, rest) = at.split_at_checked(n).ok_or(CheckpointError::Truncated)?;
         at = rest;
         Ok(head)
     };
     let count = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
     if count != groups {
-        return Err(format!("checkpoint has {count} groups, the node {groups}"));
+        return Err(CheckpointError::Groups {
+            found: count,
+            node: groups,
+        });
     }
     let mut loaded = Vec::with_capacity(count);
     for _ in 0..count {
         let applied_end = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
         let len = u64::from_le_bytes(take(8)?.try_into().expect("8 bytes"));
-        let state = StreamsState::decode_checkpoint(take(
-            usize::try_from(len).map_err(|e| e.to_string())?,
-        )?)
-        .map_err(|e| format!("checkpoint state: {e}"))?;
+        let len = usize::try_from(len).map_err(|_| CheckpointError::TooLarge(len))?;
+        let state = StreamsState::decode_checkpoint(take(len)?)?;
         loaded.push((state, applied_end));
     }
     Ok(Loaded { groups: loaded })
@@ -149,60 +178,6 @@ pub(crate) fn store(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
     drop(file);
     std::fs::rename(&tmp, path(dir))?;
     std::fs::File::open(dir)?.sync_all()
-}
-
-/// What a checkpoint did: the bytes it freed, and the file it wrote with
-/// each group's next deletion sequence number (for a backup of it).
-pub(crate) struct Checkpointed {
-    pub reclaimed: u64,
-    pub file: Vec<u8>,
-    pub doomed_next: Vec<u64>,
-}
-
-/// Writes a checkpoint of every group, then deletes the log segments it
-/// made unnecessary.
-pub(crate) fn checkpoint_and_collect(
-    dir: &Path,
-    groups: &[Arc<LocalGroup>],
-    log: &Log,
-) -> Result<Checkpointed, String> {
-    // A little more than the file that is there now.
-    let last = std::fs::metadata(path(dir)).map_or(0, |m| m.len() as usize);
-    let mut writer = FileWriter::with_capacity(groups.len(), last + last / 16);
-    let started = std::time::Instant::now();
-    let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint(&mut writer)).collect();
-    let file = writer.finish();
-    let encoded = started.elapsed();
-    store(dir, &file).map_err(|e| format!("writing the checkpoint: {e}"))?;
-    tracing::debug!(
-        bytes = file.len(),
-        encode_ms = encoded.as_millis() as u64,
-        store_ms = (started.elapsed() - encoded).as_millis() as u64,
-        "checkpoint stored"
-    );
-    let before = captured.iter().map(|g| g.applied_end).min().unwrap_or(0);
-    let live = LiveSet::new(
-        captured
-            .iter()
-            .flat_map(|g| g.live.iter().copied())
-            .collect(),
-    );
-    let reclaimed = log
-        .collect_segments(before, |base, end| live.touches(base, end))
-        .map_err(|e| format!("collecting segments: {e}"))?;
-    let moved = copy_forward::copy_forward(groups, &captured, log, before)?;
-    if moved.segments > 0 {
-        tracing::info!(
-            segments = moved.segments,
-            bytes = moved.bytes,
-            "moved the live bytes of sparse segments forward; the next checkpoint deletes them"
-        );
-    }
-    Ok(Checkpointed {
-        reclaimed,
-        file,
-        doomed_next: captured.iter().map(|g| g.doomed_next).collect(),
-    })
 }
 
 /// Log ranges holding live bytes, sorted, with the running maximum of

@@ -10,7 +10,9 @@ use runnel_core::subscription::{SubCommand, SubOutcome, Subscriptions};
 use runnel_core::{Applied, Command};
 
 use crate::activity::Activity;
-use crate::{now_ms, EngineError, MaintainedGroup};
+use crate::clock::now_ms;
+use crate::error::EngineError;
+use crate::upkeep::MaintainedGroup;
 
 /// The group that holds the subscriptions.
 pub(crate) const CONTROL_GROUP: usize = 0;

@@ -16,13 +16,7 @@
 //! starts after that checkpoint. A crash before that checkpoint recovers
 //! the old positions, which are still there.
 
-use std::sync::Arc;
-use std::time::{Duration, Instant};
-
-use runnel_log::Log;
-
-use crate::local::{GroupCheckpoint, LocalGroup};
-use crate::raft::snapshot::Relocation;
+use runnel_log::{Log, LogError};
 
 /// Marks a relocation record after the group prefix (where an entry has
 /// its format version, which is never this).
@@ -31,8 +25,6 @@ pub(crate) const RELOCATED: u8 = 0xFF;
 const SPARSE_SHARE: f64 = 0.5;
 /// Bytes moved in one round at most, so a round stays short.
 const MAX_MOVED_PER_ROUND: u64 = 256 << 20;
-/// How long a round waits for its copies to become durable.
-const DURABLE_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// What one round did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -93,6 +85,20 @@ pub(crate) fn plan(sealed: &[(u64, u64)], before: u64, live: &[&[(u64, u64)]]) -
     Plan { moved, ranges }
 }
 
+/// Why a round of copy-forward stopped (the next checkpoint tries
+/// again; nothing was pointed at bytes that are not durable).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CopyError {
+    #[error("reading live bytes to move: {0}")]
+    Read(LogError),
+    #[error("writing moved bytes: {0}")]
+    Write(LogError),
+    #[error("the log failed while moving bytes: {0}")]
+    LogFailed(std::sync::Arc<LogError>),
+    #[error("moved bytes did not become durable in time")]
+    NotDurable,
+}
+
 /// Ranges copied: `(from, len, to)` each, and the end of the last record
 /// written (durable once the log's durable position passes it).
 pub(crate) struct Copied {
@@ -106,7 +112,7 @@ pub(crate) fn copy_ranges(
     log: &Log,
     prefix: &[u8],
     ranges: impl IntoIterator<Item = (u64, u64)>,
-) -> Result<Copied, String> {
+) -> Result<Copied, CopyError> {
     let mut moved = Vec::new();
     let mut record = Vec::new();
     let mut last_end = 0;
@@ -115,10 +121,8 @@ pub(crate) fn copy_ranges(
         record.extend_from_slice(prefix);
         record.resize(prefix.len() + len as usize, 0);
         log.read_unmapped_at(loc, &mut record[prefix.len()..])
-            .map_err(|e| format!("reading live bytes to move: {e}"))?;
-        let at = log
-            .append(&record)
-            .map_err(|e| format!("writing moved bytes: {e}"))?;
+            .map_err(CopyError::Read)?;
+        let at = log.append(&record).map_err(CopyError::Write)?;
         moved.push((loc, len, at.payload_pos + prefix.len() as u64));
         last_end = at.end;
     }
@@ -128,55 +132,33 @@ pub(crate) fn copy_ranges(
     })
 }
 
-/// The local engine's round: moves the planned bytes and relocates the
-/// groups' states onto the copies. `captured` is the checkpoint just
-/// written: its live ranges say what is live in each group.
-pub(crate) fn copy_forward(
-    groups: &[Arc<LocalGroup>],
-    captured: &[GroupCheckpoint],
-    log: &Log,
-    before: u64,
-) -> Result<Moved, String> {
-    let live: Vec<&[(u64, u64)]> = captured.iter().map(|c| c.live.as_slice()).collect();
-    let plan = plan(&log.sealed_segments(), before, &live);
-    if plan.moved.segments == 0 {
-        return Ok(plan.moved);
-    }
-    let mut last_end = 0;
-    for (g, group) in groups.iter().enumerate() {
-        let mut prefix = (g as u32).to_le_bytes().to_vec();
-        prefix.push(RELOCATED);
-        let ranges = plan
-            .ranges
-            .iter()
-            .filter(|(of, _, _)| *of == g)
-            .map(|(_, loc, len)| (*loc, *len));
-        let Copied { moved, end } = copy_ranges(log, &prefix, ranges)?;
-        if moved.is_empty() {
-            continue;
-        }
-        last_end = last_end.max(end);
-        wait_durable(log, last_end)?;
-        let relocation = Relocation::new(moved);
-        // Chunks only ever gain new positions by this, so the ranges read
-        // from the checkpoint are still the state's (or were dropped).
-        group.view.apply(|state| {
-            state.relocate(|loc| relocation.moved_to(loc).unwrap_or(loc));
-        });
-    }
-    Ok(plan.moved)
+/// Maps sender positions to receiver positions, range by range.
+pub struct Relocation {
+    /// (sender start, length, receiver start), sorted by sender start.
+    moved: Vec<(u64, u64, u64)>,
 }
 
-fn wait_durable(log: &Log, end: u64) -> Result<(), String> {
-    let deadline = Instant::now() + DURABLE_TIMEOUT;
-    while log.durable_position() < end {
-        if let Some(failure) = log.failure() {
-            return Err(format!("the log failed while moving bytes: {failure}"));
-        }
-        if Instant::now() > deadline {
-            return Err("moved bytes did not become durable in time".into());
-        }
-        std::thread::sleep(Duration::from_millis(1));
+impl Relocation {
+    pub fn new(mut moved: Vec<(u64, u64, u64)>) -> Relocation {
+        moved.sort_unstable();
+        Relocation { moved }
     }
-    Ok(())
+
+    /// Where the byte the sender held at `loc` now lies. References always
+    /// fall inside a copied range (the ranges are the state's own).
+    pub fn map(&self, loc: u64) -> u64 {
+        self.moved_to(loc).unwrap_or_else(|| {
+            debug_assert!(false, "position {loc} is in no copied range");
+            loc
+        })
+    }
+
+    /// Where the byte at `loc` was copied to, if it was.
+    pub fn moved_to(&self, loc: u64) -> Option<u64> {
+        let idx = self.moved.partition_point(|(from, _, _)| *from <= loc);
+        match idx.checked_sub(1).map(|i| self.moved[i]) {
+            Some((from, len, to)) if loc < from + len.max(1) => Some(to + (loc - from)),
+            _ => None,
+        }
+    }
 }

@@ -17,7 +17,9 @@ use runnel_core::json::render_json_array;
 use runnel_core::state_protocol::MaterializedState;
 use runnel_core::{Body, Command, CompactionWork, Entry, Offset, PutSnapshot};
 
-use crate::{now_ms, EngineError, MaintainedGroup};
+use crate::clock::now_ms;
+use crate::error::EngineError;
+use crate::upkeep::MaintainedGroup;
 
 /// When the compactor acts.
 #[derive(Debug, Clone, Copy)]

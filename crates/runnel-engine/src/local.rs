@@ -16,9 +16,11 @@ use runnel_core::{Applied, Command, Entry};
 use runnel_log::LogError;
 use tokio::sync::{mpsc, oneshot, watch};
 
+use crate::api::{BoxFuture, GroupEngine};
 use crate::checkpoint::FileWriter;
+use crate::error::EngineError;
+use crate::upkeep::{propose_with_expiry, MaintainedGroup};
 use crate::view::{delegate_reads_to_view, GroupView};
-use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
 
 /// The durable position of the shared log, or the error that stopped it.
 pub type DurableState = Result<u64, LogError>;

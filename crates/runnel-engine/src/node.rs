@@ -1,115 +1,54 @@
-//! A node: its data directory, its shared log, its groups, the routing of
-//! stream names to groups, and the background upkeep (expiry, retention,
-//! compaction; see [`crate::history`]).
+//! A single node: its data directory, its shared log, its groups (each a
+//! [`LocalGroup`]), the routing of stream names to groups, checkpoints
+//! and the background upkeep (expiry, retention, compaction; see
+//! [`crate::history`]).
 //!
-//! Data directory layout:
+//! Data directory layout (see [`crate::datadir`]):
 //!
 //! ```text
 //! DATA_DIR/runnel.meta   format and group count (a restart must agree)
+//! DATA_DIR/checkpoint    every group's state and the log position it reflects
 //! DATA_DIR/log/          segment files of the shared log
 //! ```
 //!
 //! Each log record is `[group: u32 LE][encoded entry]`; recovery replays
-//! every record into its group's state before the node serves.
+//! every record into its group's state before the node serves. A
+//! checkpoint ([`crate::checkpoint`]) lets the log before it go, and moves
+//! the live bytes of sparse segments forward ([`crate::copy_forward`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use runnel_core::listing::Listed;
 use runnel_core::{Applied, Command, Entry, ReadFrom, StreamInfo, StreamsState};
-use runnel_log::{Log, LogError, LogOptions, SyncMode};
+use runnel_log::{Log, LogError};
 use tokio::sync::watch;
 
 use crate::activity::Activity;
-use crate::checkpoint;
+use crate::api::{group_index, BoxFuture, GroupEngine, NodeEngine, ReadResult};
+use crate::checkpoint::{self, CheckpointError, LiveSet};
+use crate::clock::now_ms;
 use crate::control::Control;
-use crate::history::{self, CompactionPolicy};
-use crate::local::{DurableState, GroupLimits, LocalGroup};
+use crate::copy_forward::{self, Copied, CopyError, Moved, Relocation, RELOCATED};
+use crate::datadir::{
+    check_meta, open_log, refuse_collected_log_without_checkpoint, Cause, RecordError,
+};
+use crate::error::EngineError;
+use crate::history;
+use crate::local::{DurableState, GroupCheckpoint, GroupLimits, LocalGroup};
+use crate::metrics::{DiskSpace, NodeMetrics};
 use crate::tier::{self, GroupTier, Tiering};
+use crate::upkeep;
 use crate::view::GroupView;
-use crate::{now_ms, BoxFuture, EngineError, GroupEngine, NodeEngine, ReadResult};
 
-/// A node's metadata file in its data directory: format, group count
-/// and, for a cluster member, its node id.
-pub const META_FILE: &str = "runnel.meta";
+// The public paths these had before the data directory and the
+// configuration got modules of their own.
+pub use crate::config::EngineConfig;
+pub use crate::datadir::{OpenError, META_FILE};
+
+/// The data directory format of a single node.
 const FORMAT: u32 = 1;
-
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    pub data_dir: PathBuf,
-    /// Groups the node's streams are spread over.
-    pub groups: u32,
-    pub sync: SyncMode,
-    pub segment_bytes: u64,
-    /// Prepare each next log segment ahead of time as a synced file of
-    /// zeros, which makes syncs cheaper (see `runnel_log::LogOptions`).
-    pub preallocate_segments: bool,
-    /// Largest log record (one command, body included).
-    pub max_record_bytes: u32,
-    pub max_pending_proposals: usize,
-    pub max_inflight_bytes: u64,
-    /// How often expiry, retention and compaction run.
-    pub sweep_interval: Duration,
-    /// A checkpoint (and log garbage collection) runs this often...
-    pub checkpoint_interval: Duration,
-    /// ...or after this many new log bytes, whichever comes first.
-    pub checkpoint_bytes: u64,
-    pub compaction: CompactionPolicy,
-    /// Tiering to an object store; `None` keeps every byte in the log.
-    pub tier: Option<crate::TierConfig>,
-}
-
-impl EngineConfig {
-    pub fn new(data_dir: impl Into<PathBuf>) -> Self {
-        EngineConfig {
-            data_dir: data_dir.into(),
-            groups: 1,
-            sync: SyncMode::Batch,
-            segment_bytes: 256 << 20,
-            preallocate_segments: true,
-            max_record_bytes: 128 << 20,
-            max_pending_proposals: 65_536,
-            max_inflight_bytes: 512 << 20,
-            sweep_interval: Duration::from_millis(500),
-            checkpoint_interval: Duration::from_secs(300),
-            checkpoint_bytes: 256 << 20,
-            compaction: CompactionPolicy {
-                min_bytes: 64 << 10,
-                idle: Duration::from_secs(1),
-                max_snapshot_bytes: 128 << 20,
-            },
-            tier: None,
-        }
-    }
-}
-
-/// Why a node could not open.
-#[derive(Debug, thiserror::Error)]
-pub enum OpenError {
-    #[error("data directory {path}: {source}")]
-    Io {
-        path: PathBuf,
-        source: std::io::Error,
-    },
-    #[error("cannot listen for Raft peers on {addr}: {source}")]
-    Listen {
-        addr: String,
-        source: std::io::Error,
-    },
-    #[error(
-        "data directory was written with {found}, but this node is configured with {configured}"
-    )]
-    MetaMismatch { found: String, configured: String },
-    #[error(transparent)]
-    Log(#[from] LogError),
-    #[error("log record at {position} cannot be decoded: {reason}")]
-    CorruptEntry { position: u64, reason: String },
-    #[error("checkpoint: {reason}")]
-    Checkpoint { reason: String },
-    #[error("configuration: {reason}")]
-    Config { reason: String },
-}
 
 pub struct Node {
     groups: Vec<Arc<LocalGroup>>,
@@ -132,7 +71,7 @@ impl Node {
         )?;
 
         let checkpoint = checkpoint::load(&config.data_dir, groups as usize)
-            .map_err(|reason| OpenError::Checkpoint { reason })?;
+            .map_err(|e| OpenError::Checkpoint(Box::new(e)))?;
         let replay_from = checkpoint.as_ref().map_or(0, |c| c.replay_from());
         let (mut states, mut applied): (Vec<StreamsState>, Vec<u64>) = match checkpoint {
             Some(c) => c.groups.into_iter().unzip(),
@@ -169,7 +108,7 @@ impl Node {
             .clone()
             .map(|tc| Tiering::open(tc, 0, groups as usize))
             .transpose()
-            .map_err(|reason| OpenError::Config { reason })?;
+            .map_err(|e| OpenError::Config(Box::new(e)))?;
         let now = now_ms();
         let limits = GroupLimits {
             max_pending_proposals: config.max_pending_proposals,
@@ -289,7 +228,7 @@ impl Node {
     /// Writes a checkpoint now (and backs it up when tiering does) and
     /// deletes the log segments it made unnecessary; returns the bytes
     /// reclaimed.
-    pub async fn checkpoint(&self) -> Result<u64, String> {
+    pub async fn checkpoint(&self) -> Result<u64, CheckpointError> {
         checkpoint_once(
             &self.data_dir,
             &self.groups,
@@ -302,22 +241,6 @@ impl Node {
     /// The node's tiering, when it tiers.
     pub fn tiering(&self) -> Option<&Arc<Tiering>> {
         self.tiering.as_ref()
-    }
-
-    /// Tiers what is due now on every group (without waiting for the
-    /// tierer's next pass), then recounts the backlog.
-    pub async fn tier_now(&self) -> Result<u64, String> {
-        let Some(tiering) = &self.tiering else {
-            return Ok(0);
-        };
-        let mut tiered = 0;
-        for group in &self.groups {
-            tiered += tier::uploader::pass(group.as_ref(), tiering, &self.log)
-                .await?
-                .bytes;
-        }
-        tier::uploader::count_totals(&self.groups, tiering);
-        Ok(tiered)
     }
 }
 
@@ -350,11 +273,11 @@ impl NodeEngine for Node {
         })
     }
 
-    fn metrics(&self) -> crate::NodeMetrics {
+    fn metrics(&self) -> NodeMetrics {
         if let Some(tiering) = &self.tiering {
             tier::uploader::count_totals(&self.groups, tiering);
         }
-        crate::NodeMetrics {
+        NodeMetrics {
             log_bytes: self.log_position(),
             log_failed: self.write_failure().is_some(),
             syncs: self.log.sync_stats(),
@@ -362,16 +285,16 @@ impl NodeEngine for Node {
             groups: Vec::new(),
             peers: Vec::new(),
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
-            disk: crate::metrics::DiskSpace::of(&self.data_dir),
+            disk: DiskSpace::of(&self.data_dir),
         }
     }
 
     fn same_group(&self, a: &str, b: &str) -> bool {
-        crate::same_group(a, b, self.groups.len())
+        upkeep::same_group(a, b, self.groups.len())
     }
 
     fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
-        crate::take_released_pins(&self.groups)
+        upkeep::take_released_pins(&self.groups)
     }
 
     fn list_streams<'a>(
@@ -380,7 +303,7 @@ impl NodeEngine for Node {
         after: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<(Vec<Listed>, bool), EngineError>> {
-        let page = crate::list_groups(&self.groups, prefix, after, limit);
+        let page = upkeep::list_groups(&self.groups, prefix, after, limit);
         Box::pin(async move { Ok(page) })
     }
 
@@ -397,82 +320,35 @@ impl Drop for Node {
     }
 }
 
-/// FNV-1a of the name, so routing is stable across processes and builds.
-pub fn group_index(name: &str, groups: usize) -> usize {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in name.as_bytes() {
-        hash ^= u64::from(*b);
-        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    (hash % groups.max(1) as u64) as usize
-}
-
 fn replay(
     states: &mut [StreamsState],
     applied: &mut [u64],
     payload_pos: u64,
     payload: &[u8],
-) -> Result<(), String> {
+) -> Result<(), Cause> {
     let (group, entry_bytes) = payload
         .split_first_chunk::<4>()
-        .ok_or_else(|| "record shorter than its group prefix".to_string())?;
+        .ok_or(RecordError::ShortPrefix)?;
     let group = u32::from_le_bytes(*group) as usize;
     // Bytes moved forward: only a later checkpoint points into them.
-    if entry_bytes.first() == Some(&crate::copy_forward::RELOCATED) {
+    if entry_bytes.first() == Some(&RELOCATED) {
         return Ok(());
     }
     let state = states
         .get_mut(group)
-        .ok_or_else(|| format!("record names group {group}, which this node does not have"))?;
+        .ok_or(RecordError::NoSuchGroup(group))?;
     // Records this group's checkpoint already reflects are skipped.
     let record_end = payload_pos + payload.len() as u64;
     if record_end <= applied[group] {
         return Ok(());
     }
     applied[group] = record_end;
-    let (entry, data_len): (Entry, u64) =
-        Entry::decode_header(entry_bytes).map_err(|e| e.to_string())?;
+    let (entry, data_len): (Entry, u64) = Entry::decode_header(entry_bytes)?;
     let data_loc = payload_pos + payload.len() as u64 - data_len;
     // Refusals were answered when the entry was first applied; replay
     // reaches the same refusals and needs no answer.
     let _ = state.apply(&entry, data_len, data_loc);
     Ok(())
-}
-
-/// Opens the shared log in `config`'s data directory, passing every
-/// recovered record to `replay`; the first record it refuses makes the
-/// whole open fail (a log this node cannot read is not served).
-pub(crate) fn open_log(
-    config: &EngineConfig,
-    replay_from: u64,
-    collected_below: u64,
-    manual_commit: bool,
-    listener: runnel_log::DurabilityListener,
-    mut replay: impl FnMut(u64, &[u8]) -> Result<(), String>,
-) -> Result<Arc<Log>, OpenError> {
-    let options = LogOptions {
-        segment_bytes: config.segment_bytes,
-        sync: config.sync,
-        max_record_bytes: config.max_record_bytes,
-        replay_from,
-        collected_below,
-        manual_commit,
-        preallocate: config.preallocate_segments,
-    };
-    let mut decode_failure = None;
-    let log = Log::open(&config.data_dir.join("log"), options, listener, |record| {
-        if let Err(reason) = replay(record.payload_pos, record.payload) {
-            decode_failure.get_or_insert(OpenError::CorruptEntry {
-                position: record.payload_pos,
-                reason,
-            });
-        }
-        Ok(())
-    })?;
-    match decode_failure {
-        Some(err) => Err(err),
-        None => Ok(Arc::new(log)),
-    }
 }
 
 /// Checkpoints every `interval`, or sooner once `bytes` of log were
@@ -531,78 +407,129 @@ async fn checkpoint_once(
     groups: &[Arc<LocalGroup>],
     log: &Arc<Log>,
     tiering: Option<&Tiering>,
-) -> Result<u64, String> {
+) -> Result<u64, CheckpointError> {
     // Progress as of before the checkpoint: what the backup shows at least.
     let progress = tiering.map(tier::progress);
     let (dir_owned, groups_owned, log_owned) =
         (dir.to_path_buf(), groups.to_vec(), Arc::clone(log));
     let done = tokio::task::spawn_blocking(move || {
-        checkpoint::checkpoint_and_collect(&dir_owned, &groups_owned, &log_owned)
+        checkpoint_and_collect(&dir_owned, &groups_owned, &log_owned)
     })
-    .await
-    .map_err(|e| e.to_string())??;
+    .await??;
     if let (Some(tiering), Some(progress)) = (tiering.filter(|t| t.config.backup), progress) {
-        tier::backup::upload(tiering, done.file, done.doomed_next, progress)
-            .await
-            .map_err(|e| format!("backing up the checkpoint: {e}"))?;
+        tier::backup::upload(tiering, done.file, done.doomed_next, progress).await?;
     }
     Ok(done.reclaimed)
 }
 
-/// Without a checkpoint the log must start at position 0: a log whose
-/// first segments were collected can only be recovered from the
-/// checkpoint that allowed it, and opening it without one would discard
-/// the rest as corruption.
-pub(crate) fn refuse_collected_log_without_checkpoint(log_dir: &Path) -> Result<(), OpenError> {
-    let first = std::fs::read_dir(log_dir)
-        .ok()
-        .into_iter()
-        .flatten()
-        .filter_map(|e| {
-            e.ok()?
-                .file_name()
-                .to_str()?
-                .strip_suffix(".log")?
-                .parse::<u64>()
-                .ok()
-        })
-        .min();
-    match first {
-        Some(base) if base > 0 => Err(OpenError::Checkpoint {
-            reason: format!("the log starts at {base} but the checkpoint that covers what came before is missing"),
-        }),
-        _ => Ok(()),
-    }
+/// What a checkpoint did: the bytes it freed, and the file it wrote with
+/// each group's next deletion sequence number (for a backup of it).
+struct Checkpointed {
+    pub reclaimed: u64,
+    pub file: Vec<u8>,
+    pub doomed_next: Vec<u64>,
 }
 
-/// Checks that the data directory was made for this configuration (its
-/// meta file holds `expected`), writing the file in a new directory.
-pub(crate) fn check_meta(dir: &Path, expected: &str) -> Result<(), OpenError> {
-    let io = |source| OpenError::Io {
-        path: dir.to_path_buf(),
-        source,
-    };
-    runnel_log::create_dir_durable(dir).map_err(io)?;
-    let path = dir.join(META_FILE);
-    match std::fs::read_to_string(&path) {
-        Ok(found) if found == expected => Ok(()),
-        Ok(found) => Err(OpenError::MetaMismatch {
-            found: found.trim().replace('\n', ", "),
-            configured: expected.trim().replace('\n', ", "),
-        }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            write_file_durably(dir, META_FILE, expected).map_err(io)
+/// Writes a checkpoint of every group, then deletes the log segments it
+/// made unnecessary.
+fn checkpoint_and_collect(
+    dir: &Path,
+    groups: &[Arc<LocalGroup>],
+    log: &Log,
+) -> Result<Checkpointed, CheckpointError> {
+    // A little more than the file that is there now.
+    let last = std::fs::metadata(checkpoint::path(dir)).map_or(0, |m| m.len() as usize);
+    let mut writer = checkpoint::FileWriter::with_capacity(groups.len(), last + last / 16);
+    let started = std::time::Instant::now();
+    let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint(&mut writer)).collect();
+    let file = writer.finish();
+    let encoded = started.elapsed();
+    checkpoint::store(dir, &file).map_err(CheckpointError::Write)?;
+    tracing::debug!(
+        bytes = file.len(),
+        encode_ms = encoded.as_millis() as u64,
+        store_ms = (started.elapsed() - encoded).as_millis() as u64,
+        "checkpoint stored"
+    );
+    let before = captured.iter().map(|g| g.applied_end).min().unwrap_or(0);
+    let live = LiveSet::new(
+        captured
+            .iter()
+            .flat_map(|g| g.live.iter().copied())
+            .collect(),
+    );
+    let reclaimed = log
+        .collect_segments(before, |base, end| live.touches(base, end))
+        .map_err(CheckpointError::Collect)?;
+    let moved = copy_forward_round(groups, &captured, log, before)?;
+    if moved.segments > 0 {
+        tracing::info!(
+            segments = moved.segments,
+            bytes = moved.bytes,
+            "moved the live bytes of sparse segments forward; the next checkpoint deletes them"
+        );
+    }
+    Ok(Checkpointed {
+        reclaimed,
+        file,
+        doomed_next: captured.iter().map(|g| g.doomed_next).collect(),
+    })
+}
+
+/// The local engine's copy-forward round: moves the planned bytes and relocates the
+/// groups' states onto the copies. `captured` is the checkpoint just
+/// written: its live ranges say what is live in each group.
+fn copy_forward_round(
+    groups: &[Arc<LocalGroup>],
+    captured: &[GroupCheckpoint],
+    log: &Log,
+    before: u64,
+) -> Result<Moved, CopyError> {
+    let live: Vec<&[(u64, u64)]> = captured.iter().map(|c| c.live.as_slice()).collect();
+    let plan = copy_forward::plan(&log.sealed_segments(), before, &live);
+    if plan.moved.segments == 0 {
+        return Ok(plan.moved);
+    }
+    let mut last_end = 0;
+    for (g, group) in groups.iter().enumerate() {
+        let mut prefix = (g as u32).to_le_bytes().to_vec();
+        prefix.push(RELOCATED);
+        let ranges = plan
+            .ranges
+            .iter()
+            .filter(|(of, _, _)| *of == g)
+            .map(|(_, loc, len)| (*loc, *len));
+        let Copied { moved, end } = copy_forward::copy_ranges(log, &prefix, ranges)?;
+        if moved.is_empty() {
+            continue;
         }
-        Err(e) => Err(io(e)),
+        last_end = last_end.max(end);
+        wait_durable(log, last_end)?;
+        let relocation = Relocation::new(moved);
+        // Chunks only ever gain new positions by this, so the ranges read
+        // from the checkpoint are still the state's (or were dropped).
+        group.view.apply(|state| {
+            state.relocate(|loc| relocation.moved_to(loc).unwrap_or(loc));
+        });
     }
+    Ok(plan.moved)
 }
 
-/// Writes `dir/name` whole or not at all, and durably: a temporary file,
-/// synced, renamed into place, and the directory synced.
-pub(crate) fn write_file_durably(dir: &Path, name: &str, contents: &str) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
-    std::fs::write(&tmp, contents)?;
-    std::fs::File::open(&tmp).and_then(|f| f.sync_all())?;
-    std::fs::rename(&tmp, dir.join(name))?;
-    std::fs::File::open(dir).and_then(|d| d.sync_all())
+/// How long a copy-forward round waits for its copies to become durable.
+const DURABLE_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Waits until the log's durable position reaches `end` (a copy-forward
+/// round's last record).
+fn wait_durable(log: &Log, end: u64) -> Result<(), CopyError> {
+    let deadline = Instant::now() + DURABLE_TIMEOUT;
+    while log.durable_position() < end {
+        if let Some(failure) = log.failure() {
+            return Err(CopyError::LogFailed(failure));
+        }
+        if Instant::now() > deadline {
+            return Err(CopyError::NotDurable);
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
 }

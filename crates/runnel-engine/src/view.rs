@@ -14,9 +14,11 @@ use runnel_log::Log;
 use tokio::sync::watch;
 
 use crate::activity::Activity;
+use crate::api::{Bootstrap, ReadResult};
+use crate::clock::now_ms;
+use crate::error::EngineError;
 use crate::tail::TailNotifier;
 use crate::tier::{reader, GroupTier};
-use crate::{now_ms, Bootstrap, EngineError, ReadResult};
 
 /// A group's applied state and the log it reads from.
 #[derive(Clone)]

@@ -6,6 +6,8 @@
 //! byte that is lost, repeated, reordered or foreign shows as a parse error
 //! or as an append in the wrong place.
 
+use std::fmt;
+
 const HEADER_LEN: usize = 24;
 
 fn mix(mut x: u64) -> u64 {
@@ -42,9 +44,60 @@ fn field(bytes: &[u8], tag: u8, digits: usize) -> Option<u64> {
         .ok()
 }
 
+/// Where a stream's bytes stop being whole appends, and how.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordError {
+    /// Bytes that no append of any writer starts with.
+    Foreign {
+        /// Byte offset of the first foreign byte.
+        at: u64,
+        /// The bytes from there (at most 48), quoted.
+        preview: String,
+    },
+    /// An append's header, but not its whole body (damaged, or cut
+    /// short).
+    Damaged {
+        writer: u32,
+        seq: u64,
+        /// The append's length.
+        len: usize,
+        at: u64,
+        preview: String,
+    },
+}
+
+impl fmt::Display for RecordError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RecordError::Foreign { at, preview } => {
+                write!(f, "foreign bytes at offset {at}: {preview}")
+            }
+            RecordError::Damaged {
+                writer,
+                seq,
+                len,
+                at,
+                preview,
+            } => write!(
+                f,
+                "a damaged or partial append (writer {writer}, seq {seq}, {len} bytes) at offset {at}: {preview}"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for RecordError {}
+
+impl RecordError {
+    /// Whether the message says `phrase` (tests look for one).
+    pub fn contains(&self, phrase: &str) -> bool {
+        self.to_string().contains(phrase)
+    }
+}
+
 /// Splits a stream's bytes into the appends it holds, (writer, seq) in
 /// stream order, or says where the first byte that is no whole append is.
-pub fn parse(bytes: &[u8]) -> Result<Vec<(u32, u64)>, String> {
+pub fn parse(bytes: &[u8]) -> Result<Vec<(u32, u64)>, RecordError> {
     Ok(parse_placed(bytes)?
         .into_iter()
         .map(|r| (r.writer, r.seq))
@@ -63,7 +116,7 @@ pub struct Placed {
 }
 
 /// As [`parse`], with each append's byte range.
-pub fn parse_placed(bytes: &[u8]) -> Result<Vec<Placed>, String> {
+pub fn parse_placed(bytes: &[u8]) -> Result<Vec<Placed>, RecordError> {
     match parse_prefix(bytes) {
         (placed, None) => Ok(placed),
         (_, Some(error)) => Err(error),
@@ -72,7 +125,7 @@ pub fn parse_placed(bytes: &[u8]) -> Result<Vec<Placed>, String> {
 
 /// The whole appends up to the first byte that is not one, and what is
 /// wrong there (if anything).
-pub fn parse_prefix(bytes: &[u8]) -> (Vec<Placed>, Option<String>) {
+pub fn parse_prefix(bytes: &[u8]) -> (Vec<Placed>, Option<RecordError>) {
     let mut out = Vec::new();
     let mut at = 0;
     while at < bytes.len() {
@@ -81,16 +134,21 @@ pub fn parse_prefix(bytes: &[u8]) -> (Vec<Placed>, Option<String>) {
             .then(|| Some((field(&rest[1..], b'w', 6)?, field(&rest[8..], b's', 9)?)))
             .flatten();
         let Some((writer, seq)) = parsed else {
-            let error = format!("foreign bytes at offset {at}: {}", preview(rest));
+            let error = RecordError::Foreign {
+                at: at as u64,
+                preview: preview(rest),
+            };
             return (out, Some(error));
         };
         let want = payload(writer as u32, seq);
         if !rest.starts_with(&want) {
-            let error = format!(
-                "a damaged or partial append (writer {writer}, seq {seq}, {} bytes) at offset {at}: {}",
-                want.len(),
-                preview(rest)
-            );
+            let error = RecordError::Damaged {
+                writer: writer as u32,
+                seq,
+                len: want.len(),
+                at: at as u64,
+                preview: preview(rest),
+            };
             return (out, Some(error));
         }
         out.push(Placed {
@@ -141,8 +199,20 @@ mod tests {
         let mut bytes = payload(1, 1);
         let last = bytes.len() - 2;
         bytes[last] ^= 1;
+        assert!(matches!(
+            parse(&bytes).unwrap_err(),
+            RecordError::Damaged {
+                writer: 1,
+                seq: 1,
+                at: 0,
+                ..
+            }
+        ));
         assert!(parse(&bytes).unwrap_err().contains("damaged"));
-        assert!(parse(b"hello").unwrap_err().contains("foreign"));
+        assert_eq!(
+            parse(b"hello").unwrap_err().to_string(),
+            "foreign bytes at offset 0: \"hello\""
+        );
         let cut = payload(1, 2);
         assert!(parse(&cut[..cut.len() - 1]).is_err());
     }

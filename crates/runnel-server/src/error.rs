@@ -5,6 +5,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, StatusCode};
 use runnel_core::subscription::SubError;
 use runnel_core::CoreError;
+use runnel_engine::error::MembershipError;
 use runnel_engine::EngineError;
 
 use crate::handlers::leader_retry::Retry;
@@ -214,6 +215,7 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
             StatusCode::SERVICE_UNAVAILABLE
         }
+        EngineError::Membership(ref refusal) => membership_status(refusal, headers),
         EngineError::TierBacklog { .. } => {
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("5"));
             StatusCode::SERVICE_UNAVAILABLE
@@ -226,10 +228,35 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
                 StatusCode::SERVICE_UNAVAILABLE
             }
         }
-        EngineError::CrossGroupFork | EngineError::Unsupported(_) => StatusCode::NOT_IMPLEMENTED,
-        EngineError::Membership(_) => StatusCode::CONFLICT,
+        EngineError::CrossGroupFork => StatusCode::NOT_IMPLEMENTED,
     };
     (status, reason)
+}
+
+/// A refused membership change is a conflict with the cluster's state
+/// (409: `runnel ctl` reports it and stops), but for a group that does not
+/// exist (404) and a retirement whose groups' leaders did not answer (503,
+/// which `runnel ctl` retries). A refusal for lack of quorum stays 409:
+/// retrying does not help until the down voters answer.
+fn membership_status(refusal: &MembershipError, headers: &mut HeaderMap) -> StatusCode {
+    match refusal {
+        MembershipError::NoSuchGroup { .. } => StatusCode::NOT_FOUND,
+        MembershipError::Unknown { .. } => {
+            headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+        MembershipError::SingleNode
+        | MembershipError::Retired { .. }
+        | MembershipError::NotAVoter { .. }
+        | MembershipError::NotAMember { .. }
+        | MembershipError::WrongGroup { .. }
+        | MembershipError::StillMember { .. }
+        | MembershipError::AddressTaken { .. }
+        | MembershipError::BadAddress(_)
+        | MembershipError::CatchUpTimeout { .. }
+        | MembershipError::NoQuorum { .. }
+        | MembershipError::Refused(_) => StatusCode::CONFLICT,
+    }
 }
 
 fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
@@ -278,7 +305,7 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         CoreError::SnapshotNotFound => StatusCode::NOT_FOUND,
         CoreError::SnapshotOffsetInvalid
         | CoreError::TrimOffsetInvalid
-        | CoreError::InvalidClusterId { .. }
+        | CoreError::InvalidClusterId(_)
         | CoreError::InvalidReplication { .. }
         | CoreError::InvalidGroup { .. } => StatusCode::BAD_REQUEST,
         // Internal: the engine resolves these before proposing, and
@@ -308,6 +335,42 @@ mod tests {
             r.headers()[names::STREAM_NEXT_OFFSET],
             Offset(5).to_string().as_str()
         );
+    }
+
+    #[test]
+    fn membership_refusals_are_conflicts_but_a_missing_group_and_unknown_members() {
+        let status =
+            |e: MembershipError| ApiError::from(EngineError::Membership(e)).into_response();
+        let no_quorum = status(MembershipError::NoQuorum {
+            node: 2,
+            group: 1,
+            up: 1,
+            remaining: [1, 3].into(),
+            quorum: 2,
+        });
+        assert_eq!(
+            no_quorum.status(),
+            StatusCode::CONFLICT,
+            "ctl must not retry it"
+        );
+        assert_eq!(
+            status(MembershipError::SingleNode).status(),
+            StatusCode::CONFLICT
+        );
+        assert_eq!(
+            status(MembershipError::NoSuchGroup {
+                group: 9,
+                groups: 3
+            })
+            .status(),
+            StatusCode::NOT_FOUND
+        );
+        let unknown = status(MembershipError::Unknown {
+            node: 4,
+            groups: vec![2],
+        });
+        assert_eq!(unknown.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(unknown.headers()[http::header::RETRY_AFTER], "1");
     }
 
     #[test]

@@ -581,7 +581,7 @@ impl ServeArgs {
         let auth = match self.auth_file.or(file.auth_file) {
             None => None,
             Some(path) => {
-                let auth = runnel_server::auth::Auth::load(&path)?;
+                let auth = runnel_server::auth::Auth::load(&path).map_err(|e| e.to_string())?;
                 if cluster
                     .as_ref()
                     .is_some_and(|c| c.peers.len() > 1 || c.join.is_some())

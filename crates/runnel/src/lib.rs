@@ -244,7 +244,7 @@ async fn reload_on_sighup(reloadable: Reloadable) {
             }
         };
         if let Some(auth) = &reloadable.auth {
-            report("auth file", auth.reload());
+            report("auth file", auth.reload().map_err(|e| e.to_string()));
         }
         if let Some(tls) = &reloadable.tls {
             report("TLS certificate", tls.reload().map_err(|e| e.to_string()));

@@ -12,7 +12,6 @@ use crate::placement::Placement;
 use crate::raft::group::RaftGroup;
 use crate::raft::transport::{Served, Transport};
 use crate::raft::NodeId;
-use crate::MaintainedGroup;
 
 /// How often an empty node asks its peers again while none answers.
 const PROBE_AGAIN: Duration = Duration::from_millis(200);
@@ -70,13 +69,13 @@ pub(super) async fn form_and_balance(
         // yet: the cluster is forming, and this node is one of its members.
         let forming = !peers.led && peers.last_log == 0;
         if have || forming {
-            served.votes.release(group.index());
+            served.votes().release(group.index());
         } else {
             tracing::info!(
                 group = group.index(),
                 "rejoining without this group's state: no vote until it has caught up with its leader"
             );
-            served.votes.hold_until(group.index(), u64::MAX);
+            served.votes().hold_until(group.index(), u64::MAX);
             group.raft().runtime_config().elect(false);
             held.push(group.index());
             tokio::spawn(rejoin(
@@ -88,7 +87,7 @@ pub(super) async fn form_and_balance(
         }
     }
     // Who should lead it: its first replica, as the control group
-    // records (`cluster::leaders`) and `raft::rebalance` hands back to.
+    // records (`cluster::leaders`) and `cluster::rebalance` hands back to.
     let preferred = |g: &RaftGroup| placement.groups[g.index() as usize].first() == Some(&me);
     let form = |group: Arc<RaftGroup>| {
         let transport = Arc::clone(&transport);
@@ -170,8 +169,8 @@ async fn rejoin(
         caught_up_at,
         "heard from the group's leader: votes again once it has applied this index"
     );
-    served.votes.hold_until(index, caught_up_at);
-    if served.votes.released(index, &raft).await {
+    served.votes().hold_until(index, caught_up_at);
+    if served.votes().released(index, &raft).await {
         tracing::info!(group = index, "caught up with the group: votes again");
         raft.runtime_config().elect(true);
     }

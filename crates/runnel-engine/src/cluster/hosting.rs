@@ -39,7 +39,7 @@ use std::time::Duration;
 use runnel_core::StreamsState;
 use runnel_log::Log;
 
-use crate::node::{write_file_durably, OpenError};
+use crate::datadir::{write_file_durably, OpenError};
 use crate::raft::group::RaftGroup;
 use crate::raft::journal::GroupLog;
 use crate::raft::snapshot;
@@ -47,7 +47,6 @@ use crate::raft::starter::RaftStarter;
 use crate::raft::state_machine::GroupShared;
 use crate::raft::transport::{http_addr, LeaderMembers, LeaderView, Transport};
 use crate::raft::{LogId, NodeId};
-use crate::MaintainedGroup;
 
 /// The file in a data directory that lists the groups this node left.
 pub const LEFT_FILE: &str = "left-groups";
@@ -95,14 +94,18 @@ impl Hosting {
         let text = match std::fs::read_to_string(&path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-            Err(e) => {
-                return Err(OpenError::Config {
-                    reason: format!("reading {}: {e}", path.display()),
-                })
+            Err(source) => {
+                return Err(OpenError::Config(Box::new(LeftFileError::Read {
+                    path,
+                    source,
+                })))
             }
         };
-        let left = parse_left(&text).map_err(|reason| OpenError::Config {
-            reason: format!("{}: {reason}", path.display()),
+        let left = parse_left(&text).map_err(|line| {
+            OpenError::Config(Box::new(LeftFileError::Line {
+                path: path.clone(),
+                line: line.to_string(),
+            }))
         })?;
         Ok(Hosting {
             data_dir: data_dir.to_path_buf(),
@@ -190,8 +193,21 @@ impl Hosting {
     }
 }
 
-/// `left-groups`: one `GROUP POSITION` line per group left.
-fn parse_left(text: &str) -> Result<BTreeMap<u32, u64>, String> {
+/// Why `DATA_DIR/left-groups` could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum LeftFileError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {line:?} is not \"GROUP POSITION\"")]
+    Line { path: PathBuf, line: String },
+}
+
+/// `left-groups`: one `GROUP POSITION` line per group left; the first line
+/// that is not is answered.
+fn parse_left(text: &str) -> Result<BTreeMap<u32, u64>, &str> {
     let mut left = BTreeMap::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let mut fields = line.split_whitespace();
@@ -199,8 +215,7 @@ fn parse_left(text: &str) -> Result<BTreeMap<u32, u64>, String> {
             (Some(group), Some(position), None) => group.parse().ok().zip(position.parse().ok()),
             _ => None,
         };
-        let (group, position) =
-            parsed.ok_or_else(|| format!("{line:?} is not \"GROUP POSITION\""))?;
+        let (group, position) = parsed.ok_or(line)?;
         left.insert(group, position);
     }
     Ok(left)

@@ -8,7 +8,7 @@
 //! in `DATA_DIR/cluster-id`, and a node that joins with `--join` writes it
 //! there before it opens its groups, so it knows the id from its first
 //! connection on. Two nodes that know different ids do not talk: the
-//! Raft transport's hello ([`Identity::admits`]) refuses the connection,
+//! Raft transport's hello ([`PeerIdentity::admits`]) refuses the connection,
 //! and `runnel ctl node add` and `--join` refuse the node. A node that
 //! knows no id yet (a new cluster still forming, or a node that lost its
 //! disk) is let in; what it applies names it.
@@ -29,17 +29,58 @@ use std::time::Duration;
 use rand::RngCore;
 use runnel_core::{Applied, Command};
 
-use crate::node::{write_file_durably, OpenError};
+use crate::api::GroupEngine;
+use crate::datadir::{write_file_durably, OpenError};
 use crate::raft::group::RaftGroup;
 use crate::raft::runtime::RaftRng;
-use crate::{GroupEngine, MaintainedGroup};
+use crate::raft::transport::PeerIdentity;
+use crate::upkeep::MaintainedGroup;
 
-pub use runnel_core::cluster_meta::validate;
+pub use runnel_core::cluster_meta::{validate, ClusterIdError};
 
 /// The file in a data directory that holds the cluster id.
 pub const CLUSTER_ID_FILE: &str = "cluster-id";
 /// The file that marks the data directory of a node removed for good.
 pub const REMOVED_FILE: &str = "removed";
+
+/// Why this node's cluster id cannot be used, kept or adopted.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    #[error("node {node} was removed from cluster {} for good ({} says so): this data directory cannot serve again; to bring the machine back, start it with an empty data directory and a new --node-id", .cluster.as_deref().unwrap_or("?"), .marker.display())]
+    Removed {
+        node: u64,
+        cluster: Option<String>,
+        marker: PathBuf,
+    },
+    #[error("--cluster-id: {0}")]
+    BadFlag(ClusterIdError),
+    #[error("the data directory {dir} belongs to cluster {kept:?}, not --cluster-id {wanted:?}")]
+    OtherCluster {
+        dir: PathBuf,
+        kept: String,
+        wanted: String,
+    },
+    /// The control group applied another id than `--cluster-id`.
+    #[error("the cluster is named {applied:?}, but this node was started as a member of {mine:?} (--cluster-id): its peers will refuse it")]
+    NamedOtherwise { applied: String, mine: String },
+    #[error(transparent)]
+    Invalid(#[from] ClusterIdError),
+    #[error("{path}: {source}")]
+    InvalidKept {
+        path: PathBuf,
+        source: ClusterIdError,
+    },
+    #[error("keeping the cluster id in {dir}: {source}")]
+    Keep {
+        dir: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
 
 /// How often a node looks whether the cluster has been named.
 const NAMING_POLL: Duration = Duration::from_millis(200);
@@ -64,28 +105,26 @@ impl Identity {
         node_id: u64,
         wanted: Option<&str>,
     ) -> Result<Arc<Identity>, OpenError> {
-        let config = |reason| OpenError::Config { reason };
+        let config = |e: IdentityError| OpenError::Config(Box::new(e));
         let kept = read_kept(data_dir).map_err(config)?;
         if data_dir.join(REMOVED_FILE).exists() {
-            return Err(config(format!(
-                "node {node_id} was removed from cluster {} for good ({} says so): this data \
-                 directory cannot serve again; to bring the machine back, start it with an \
-                 empty data directory and a new --node-id",
-                kept.as_deref().unwrap_or("?"),
-                data_dir.join(REMOVED_FILE).display()
-            )));
+            return Err(config(IdentityError::Removed {
+                node: node_id,
+                cluster: kept,
+                marker: data_dir.join(REMOVED_FILE),
+            }));
         }
         if let Some(wanted) = wanted {
-            validate(wanted).map_err(|e| config(format!("--cluster-id: {e}")))?;
+            validate(wanted).map_err(|e| config(IdentityError::BadFlag(e)))?;
         }
         let known = OnceLock::new();
         match (kept, wanted) {
             (Some(kept), Some(wanted)) if kept != wanted => {
-                return Err(config(format!(
-                    "the data directory {} belongs to cluster {kept:?}, not --cluster-id \
-                     {wanted:?}",
-                    data_dir.display()
-                )))
+                return Err(config(IdentityError::OtherCluster {
+                    dir: data_dir.to_path_buf(),
+                    kept,
+                    wanted: wanted.to_string(),
+                }))
             }
             (Some(id), _) => known.set(id).expect("set once"),
             // Kept at once: the directory is this cluster's from now on.
@@ -107,35 +146,50 @@ impl Identity {
         }))
     }
 
-    /// Node `node_id`'s identity, knowing `id` (or none), keeping its
-    /// files in `data_dir` (tests).
-    #[cfg(test)]
-    pub(crate) fn of(node_id: u64, id: Option<&str>, data_dir: &Path) -> Arc<Identity> {
-        let known = OnceLock::new();
-        if let Some(id) = id {
-            known.set(id.to_string()).expect("set once");
-        }
-        Arc::new(Identity {
-            node_id,
-            known,
-            data_dir: data_dir.to_path_buf(),
-            removed: AtomicBool::new(false),
-        })
-    }
-
-    /// This node's id.
-    pub fn node_id(&self) -> u64 {
-        self.node_id
-    }
-
     /// Whether a peer told this node it was removed for good.
     pub fn removed(&self) -> bool {
         self.removed.load(Ordering::Relaxed)
     }
 
-    /// A peer refused this node as removed for good: marks the data
-    /// directory so that it does not start again (see the module docs).
-    pub fn mark_removed(&self, by: &str) {
+    /// The cluster id, once this node knows it.
+    pub fn get(&self) -> Option<&str> {
+        self.known.get().map(String::as_str)
+    }
+
+    /// Takes the id the control group applied, keeping it in the data
+    /// directory. An id that differs from the one this node started with
+    /// (`--cluster-id`) is refused: the node stays out of the cluster's
+    /// Raft traffic from then on (its hellos name the other id).
+    fn adopt(&self, applied: &str) -> Result<(), IdentityError> {
+        let mine = self.known.get_or_init(|| applied.to_string());
+        if mine != applied {
+            return Err(IdentityError::NamedOtherwise {
+                applied: applied.to_string(),
+                mine: mine.clone(),
+            });
+        }
+        if read_kept(&self.data_dir)?.as_deref() != Some(applied) {
+            keep(&self.data_dir, applied)?;
+        }
+        Ok(())
+    }
+}
+
+/// The transport's view of this node: its hello names the node and the
+/// cluster id, and a peer's refusal as removed for good marks the data
+/// directory.
+impl PeerIdentity for Identity {
+    fn node_id(&self) -> u64 {
+        self.node_id
+    }
+
+    fn cluster_id(&self) -> Option<&str> {
+        self.get()
+    }
+
+    /// Marks the data directory so that it does not start again (see the
+    /// module docs).
+    fn mark_removed(&self, by: &str) {
         if self.removed.swap(true, Ordering::Relaxed) {
             return;
         }
@@ -150,60 +204,32 @@ impl Identity {
             tracing::error!(error = %e, "marking the data directory as removed failed");
         }
     }
-
-    /// The cluster id, once this node knows it.
-    pub fn get(&self) -> Option<&str> {
-        self.known.get().map(String::as_str)
-    }
-
-    /// Whether a peer that says it belongs to cluster `theirs` (`None`:
-    /// it knows no id yet) may talk to this node.
-    pub fn admits(&self, theirs: Option<&str>) -> Result<(), String> {
-        match (self.get(), theirs) {
-            (Some(mine), Some(theirs)) if mine != theirs => Err(format!(
-                "this node belongs to cluster {mine:?}, the peer to cluster {theirs:?}"
-            )),
-            _ => Ok(()),
-        }
-    }
-
-    /// Takes the id the control group applied, keeping it in the data
-    /// directory. An id that differs from the one this node started with
-    /// (`--cluster-id`) is refused: the node stays out of the cluster's
-    /// Raft traffic from then on (its hellos name the other id).
-    fn adopt(&self, applied: &str) -> Result<(), String> {
-        let mine = self.known.get_or_init(|| applied.to_string());
-        if mine != applied {
-            return Err(format!(
-                "the cluster is named {applied:?}, but this node was started as a member \
-                 of {mine:?} (--cluster-id): its peers will refuse it"
-            ));
-        }
-        if read_kept(&self.data_dir)?.as_deref() != Some(applied) {
-            keep(&self.data_dir, applied)?;
-        }
-        Ok(())
-    }
 }
 
 /// Keeps `id` as the cluster id in `data_dir` (which must exist).
-pub fn keep(data_dir: &Path, id: &str) -> Result<(), String> {
+pub fn keep(data_dir: &Path, id: &str) -> Result<(), IdentityError> {
     validate(id)?;
-    write_file_durably(data_dir, CLUSTER_ID_FILE, &format!("{id}\n"))
-        .map_err(|e| format!("keeping the cluster id in {}: {e}", data_dir.display()))
+    write_file_durably(data_dir, CLUSTER_ID_FILE, &format!("{id}\n")).map_err(|source| {
+        IdentityError::Keep {
+            dir: data_dir.to_path_buf(),
+            source,
+        }
+    })
 }
 
 /// The cluster id a data directory keeps, if any.
-pub fn read_kept(data_dir: &Path) -> Result<Option<String>, String> {
+pub fn read_kept(data_dir: &Path) -> Result<Option<String>, IdentityError> {
     let path = data_dir.join(CLUSTER_ID_FILE);
     match std::fs::read_to_string(&path) {
         Ok(text) => {
             let id = text.trim();
-            validate(id).map_err(|e| format!("{}: {e}", path.display()))?;
+            if let Err(source) = validate(id) {
+                return Err(IdentityError::InvalidKept { path, source });
+            }
             Ok(Some(id.to_string()))
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(format!("{}: {e}", path.display())),
+        Err(source) => Err(IdentityError::Read { path, source }),
     }
 }
 
@@ -250,6 +276,7 @@ mod tests {
         assert!(!identity.removed());
         identity.mark_removed("127.0.0.1:5002");
         assert!(identity.removed());
+        assert!(dir.path().join(REMOVED_FILE).exists());
         let refused = Identity::load(dir.path(), 3, None).expect_err("removed");
         assert!(
             refused
@@ -264,13 +291,13 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let fresh = Identity::load(dir.path(), 1, None).expect("loads");
         assert_eq!(fresh.get(), None);
-        assert_eq!(fresh.admits(Some("a")), Ok(()));
+        assert!(fresh.admits(Some("a")).is_ok());
         fresh.adopt("prod").expect("adopts");
         assert_eq!(fresh.get(), Some("prod"));
-        assert_eq!(read_kept(dir.path()), Ok(Some("prod".into())));
+        assert_eq!(read_kept(dir.path()).unwrap(), Some("prod".into()));
         assert!(fresh.admits(Some("other")).is_err());
-        assert_eq!(fresh.admits(Some("prod")), Ok(()));
-        assert_eq!(fresh.admits(None), Ok(()));
+        assert!(fresh.admits(Some("prod")).is_ok());
+        assert!(fresh.admits(None).is_ok());
 
         let reopened = Identity::load(dir.path(), 1, Some("prod")).expect("same id");
         assert_eq!(reopened.get(), Some("prod"));
@@ -287,10 +314,10 @@ mod tests {
         let dir = tempfile::tempdir().expect("tempdir");
         let data_dir = dir.path().join("new");
         let flagged = Identity::load(&data_dir, 1, Some("wanted")).expect("loads");
-        assert_eq!(read_kept(&data_dir), Ok(Some("wanted".into())));
+        assert_eq!(read_kept(&data_dir).unwrap(), Some("wanted".into()));
         assert!(flagged.adopt("applied").is_err());
         assert_eq!(flagged.get(), Some("wanted"));
-        assert_eq!(read_kept(&data_dir), Ok(Some("wanted".into())));
+        assert_eq!(read_kept(&data_dir).unwrap(), Some("wanted".into()));
         let reopened = Identity::load(&data_dir, 1, None).expect("loads");
         assert_eq!(reopened.get(), Some("wanted"));
     }

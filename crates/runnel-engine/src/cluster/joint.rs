@@ -18,7 +18,6 @@ use openraft::ChangeMembers;
 use super::hosting::{self, Hosting};
 use crate::raft::group::RaftGroup;
 use crate::raft::NodeId;
-use crate::MaintainedGroup;
 
 /// How long a committed joint membership may stand before the leader
 /// finishes the change (a change under way takes milliseconds between

@@ -7,7 +7,7 @@
 //! `runnel ctl node` records the new placement's after every change
 //! (`?prefer=G:N,...` to group 0, [`ClusterNode::prefer_leaders`]). Each
 //! group's leader hands its leadership to the preferred node
-//! ([`crate::raft::rebalance`]); a group with no preference, or whose
+//! ([`super::rebalance`]); a group with no preference, or whose
 //! preferred node is not one of its voters, prefers its voter
 //! `g mod voters` in node-id order.
 
@@ -18,11 +18,13 @@ use runnel_core::{Applied, Command, StreamsState};
 
 use super::replication::propose_initial;
 use super::ClusterNode;
+use crate::api::GroupEngine;
 use crate::control::CONTROL_GROUP;
+use crate::error::{EngineError, MembershipError};
 use crate::placement::Placement;
 use crate::raft::group::RaftGroup;
 use crate::raft::NodeId;
-use crate::{EngineError, GroupEngine, MaintainedGroup};
+use crate::upkeep::MaintainedGroup;
 
 /// The node group `group` (with these `voters`, in node-id order) should
 /// be led by, as `control` (the control group's copy on this node) has
@@ -72,14 +74,18 @@ impl ClusterNode {
         let groups = self.groups.len() as u32;
         for (group, node) in &leaders {
             if *group >= groups {
-                return Err(EngineError::Membership(format!(
-                    "there is no group {group}: this cluster has {groups}"
-                )));
+                return Err(MembershipError::NoSuchGroup {
+                    group: *group,
+                    groups,
+                }
+                .into());
             }
             if !members.contains(node) {
-                return Err(EngineError::Membership(format!(
-                    "node {node} is not a member of this cluster: it cannot lead group {group}"
-                )));
+                return Err(MembershipError::NotAMember {
+                    node: *node,
+                    group: *group,
+                }
+                .into());
             }
         }
         let command = Command::PreferLeaders {

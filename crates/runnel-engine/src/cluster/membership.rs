@@ -23,16 +23,19 @@ use std::time::Duration;
 
 use openraft::error::ClientWriteError;
 use openraft::{BasicNode, ChangeMembers};
-use serde::Serialize;
+
+pub use crate::api::{MemberChange, MemberReport};
 
 use super::hosting::Hosting;
 use super::ClusterNode;
+use crate::api::GroupEngine;
 use crate::control::CONTROL_GROUP;
+use crate::error::{EngineError, MembershipError, ReplicationError, TransferError};
 use crate::raft::group::RaftGroup;
 use crate::raft::transfer::{follower_within, transfer, NEARLY_CAUGHT_UP};
 use crate::raft::transport::{raft_addr, PeerQueries, Transport};
 use crate::raft::NodeId;
-use crate::{EngineError, GroupEngine, MaintainedGroup};
+use crate::upkeep::MaintainedGroup;
 use runnel_core::{Applied, Command};
 
 /// How long a new member may take to catch up before the command gives
@@ -45,50 +48,6 @@ const ANSWER_WITHIN: Duration = Duration::from_secs(1);
 /// every group.
 const RETIRE_WAIT: Duration = Duration::from_secs(5);
 
-/// A change to one group's membership.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MemberChange {
-    /// `node`, serving HTTP at `http_addr` (Raft on the next port),
-    /// becomes a voter.
-    Add { node: NodeId, http_addr: String },
-    /// `node` leaves the group.
-    Remove { node: NodeId },
-    /// `node`, serving HTTP at `http_addr`, follows the group as a
-    /// learner: it applies the group's entries without voting (a change
-    /// to the control group only, whose voters are five at most).
-    Learn { node: NodeId, http_addr: String },
-    /// `node`, a voter, becomes a learner (a change to the control group
-    /// only).
-    Demote { node: NodeId },
-    /// `node`, a member of no group any more, is removed from the cluster
-    /// for good (a change to the control group only).
-    Retire { node: NodeId },
-    /// The cluster's data groups are to have `factor` replicas each (a
-    /// change to the control group only; the replicas move after).
-    SetReplication { factor: u32 },
-    /// `node`, a voter, is to lead the group (a leadership transfer:
-    /// see [`crate::raft::transfer`]).
-    Lead { node: NodeId },
-    /// If `node` leads the group, another voter is to (before `node`'s
-    /// replica moves away).
-    LeadAway { node: NodeId },
-    /// Each listed group `(group, node)` should be led by `node` (a
-    /// change to the control group only; see [`super::leaders`]).
-    PreferLeaders { leaders: Vec<(u32, NodeId)> },
-}
-
-/// A group's membership after a change.
-#[derive(Debug, Clone, Serialize)]
-pub struct MemberReport {
-    pub group: u32,
-    pub voters: Vec<NodeId>,
-    pub learners: Vec<NodeId>,
-    /// The group's leader as this node knows it after the change.
-    pub leader: Option<NodeId>,
-    /// False when the group already was as asked.
-    pub changed: bool,
-}
-
 impl ClusterNode {
     /// Applies `change` to group `group`, which this node must lead.
     pub async fn change_member(
@@ -99,16 +58,16 @@ impl ClusterNode {
         let g = self
             .groups
             .get(group as usize)
-            .ok_or_else(|| EngineError::Membership(format!("there is no group {group}")))?;
+            .ok_or(MembershipError::NoSuchGroup {
+                group,
+                groups: self.groups.len() as u32,
+            })?;
         if g.leader() != Some(self.node_id) {
             return Err(EngineError::NotLeader(g.leader()));
         }
         if let MemberChange::Add { node, .. } | MemberChange::Learn { node, .. } = &change {
             if self.is_retired(*node) {
-                return Err(EngineError::Membership(format!(
-                    "node {node} was removed from this cluster for good; give the new node \
-                     another id"
-                )));
+                return Err(MembershipError::Retired { node: *node }.into());
             }
         }
         let changed = match change {
@@ -133,7 +92,7 @@ impl ClusterNode {
                 let reachable = self.answering(g).await;
                 self.lead_away(g, &reachable)
                     .await
-                    .map_err(transfer_failed)?;
+                    .map_err(ReplicationError::Transfer)?;
                 true
             }
             MemberChange::LeadAway { .. } => false,
@@ -198,15 +157,16 @@ impl ClusterNode {
         }
         let (voters, _) = members(g);
         if !voters.contains(&node) {
-            return Err(EngineError::Membership(format!(
-                "node {node} is not a voter of group {}: only a voter can lead it",
-                g.index()
-            )));
+            return Err(MembershipError::NotAVoter {
+                node,
+                group: g.index(),
+            }
+            .into());
         }
         let reachable = self.answering(g).await;
         transfer(g, self.node_id, node, &reachable, &*self.peers_asked)
             .await
-            .map_err(transfer_failed)?;
+            .map_err(ReplicationError::Transfer)?;
         Ok(true)
     }
 
@@ -217,12 +177,16 @@ impl ClusterNode {
         &self,
         g: &RaftGroup,
         reachable: &BTreeSet<NodeId>,
-    ) -> Result<NodeId, String> {
+    ) -> Result<NodeId, TransferError> {
         let (voters, _) = members(g);
         let others: Vec<NodeId> = voters.into_iter().filter(|v| *v != self.node_id).collect();
         let control = &self.groups[CONTROL_GROUP];
-        let preferred = super::leaders::preferred_leader(control, g.index(), &others)
-            .ok_or_else(|| format!("node {} is group {}'s only voter", self.node_id, g.index()))?;
+        let preferred = super::leaders::preferred_leader(control, g.index(), &others).ok_or(
+            TransferError::OnlyVoter {
+                node: self.node_id,
+                group: g.index(),
+            },
+        )?;
         let to = match follower_within(g, preferred, NEARLY_CAUGHT_UP) {
             true => preferred,
             false => {
@@ -251,17 +215,20 @@ impl ClusterNode {
     /// it was not retired before.
     async fn retire(&self, group: u32, node: NodeId) -> Result<bool, EngineError> {
         if group as usize != CONTROL_GROUP {
-            return Err(EngineError::Membership(format!(
-                "a node is retired through group {CONTROL_GROUP}, not group {group}"
-            )));
+            return Err(MembershipError::WrongGroup {
+                what: "a node is retired",
+                group,
+            }
+            .into());
         }
         if node == self.node_id {
             let (voters, learners) = members(&self.groups[CONTROL_GROUP]);
             if voters.contains(&node) || learners.contains(&node) {
-                return Err(EngineError::Membership(format!(
-                    "node {node} is still a member of group {CONTROL_GROUP}: remove it from \
-                     every group first (runnel ctl node remove)"
-                )));
+                return Err(MembershipError::StillMember {
+                    node,
+                    groups: vec![CONTROL_GROUP as u32],
+                }
+                .into());
             }
             // Removed, it leads on only until its removal commits (and it
             // never learns the other groups' last changes): the caller
@@ -291,17 +258,18 @@ impl ClusterNode {
                 break;
             }
             if tokio::time::Instant::now() >= deadline {
-                return Err(EngineError::Membership(if holding.is_empty() {
-                    format!(
-                        "the leaders of groups {unknown:?} did not say whether node {node} is \
-                         still a member; retry"
-                    )
+                return Err(if holding.is_empty() {
+                    MembershipError::Unknown {
+                        node,
+                        groups: unknown,
+                    }
                 } else {
-                    format!(
-                        "node {node} is still a member of groups {holding:?}: remove it from \
-                         every group first (runnel ctl node remove)"
-                    )
-                }));
+                    MembershipError::StillMember {
+                        node,
+                        groups: holding,
+                    }
+                }
+                .into());
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -400,11 +368,12 @@ async fn learn(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<bool,
 fn check_address(group: &RaftGroup, node: NodeId, http_addr: &str) -> Result<(), EngineError> {
     let known = group.member_http_addr(node);
     if let Some(known) = known.as_deref().filter(|known| *known != http_addr) {
-        return Err(EngineError::Membership(format!(
-            "node {node} is already a member of group {}, at {known}: remove it first \
-             (or give the new node another id)",
-            group.index()
-        )));
+        return Err(MembershipError::AddressTaken {
+            node,
+            group: group.index(),
+            known: known.to_string(),
+        }
+        .into());
     }
     Ok(())
 }
@@ -416,7 +385,7 @@ async fn add_learner_caught_up(
     node: NodeId,
     http_addr: &str,
 ) -> Result<(), EngineError> {
-    let addr = raft_addr(http_addr).map_err(EngineError::Membership)?;
+    let addr = raft_addr(http_addr).map_err(MembershipError::BadAddress)?;
     let raft = group.raft();
     let added = raft
         .add_learner(node, BasicNode { addr }, false)
@@ -441,29 +410,22 @@ async fn add_learner_caught_up(
         Ok(m) if m.replication.is_some() => Ok(()),
         // Leadership moved meanwhile: the caller asks the new leader.
         Ok(m) => Err(EngineError::NotLeader(m.current_leader)),
-        Err(openraft::metrics::WaitError::Timeout(..)) => Err(EngineError::Membership(format!(
-            "node {node} did not catch up with group {} within {} s; run the command again \
-             to go on waiting",
-            group.index(),
-            CATCH_UP_LIMIT.as_secs()
-        ))),
+        Err(openraft::metrics::WaitError::Timeout(..)) => Err(MembershipError::CatchUpTimeout {
+            node,
+            group: group.index(),
+            within: CATCH_UP_LIMIT,
+        }
+        .into()),
         Err(_) => Err(EngineError::ShuttingDown),
     }
 }
 
 /// Refuses a change of cluster state sent to a data group.
-fn only_through_control(group: u32, what: &str) -> Result<(), EngineError> {
+fn only_through_control(group: u32, what: &'static str) -> Result<(), EngineError> {
     match group as usize == CONTROL_GROUP {
         true => Ok(()),
-        false => Err(EngineError::Membership(format!(
-            "{what} through group {CONTROL_GROUP}, not group {group}"
-        ))),
+        false => Err(MembershipError::WrongGroup { what, group }.into()),
     }
-}
-
-/// A failed transfer, as the caller may retry it (503).
-fn transfer_failed(reason: String) -> EngineError {
-    EngineError::Replication(format!("the leadership transfer failed: {reason}"))
 }
 
 /// Refuses the removal of `node` from `group` if the remaining voters
@@ -478,12 +440,14 @@ fn check_removal(
     let up = remaining.intersection(reachable).count();
     let quorum = remaining.len() / 2 + 1;
     if remaining.is_empty() || up < quorum {
-        return Err(EngineError::Membership(format!(
-            "removing node {node} would leave group {} without a quorum: {} of its \
-             remaining voters {remaining:?} are reachable, {quorum} are needed",
-            group.index(),
-            up
-        )));
+        return Err(MembershipError::NoQuorum {
+            node,
+            group: group.index(),
+            up,
+            remaining,
+            quorum,
+        }
+        .into());
     }
     Ok(())
 }
@@ -538,9 +502,9 @@ fn raft_refusal(
             EngineError::NotLeader(forward.leader_id)
         }
         RaftError::APIError(ClientWriteError::ChangeMembershipError(e)) => {
-            EngineError::Membership(e.to_string())
+            MembershipError::Refused(e).into()
         }
-        RaftError::Fatal(fatal) => EngineError::Replication(fatal.to_string()),
+        RaftError::Fatal(fatal) => ReplicationError::Fatal(Box::new(fatal)).into(),
     }
 }
 

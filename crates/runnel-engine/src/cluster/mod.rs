@@ -1,5 +1,11 @@
-//! A cluster member: every group is a Raft group whose voters are all the
-//! members of the cluster, with its log in this node's shared log.
+//! Cluster policy: a cluster member, whose groups are Raft groups
+//! ([`crate::raft`]) with their logs in this node's shared log, and what
+//! the cluster decides about them: who forms and joins ([`formation`],
+//! [`membership`], [`identity`]), who holds which group ([`hosting`],
+//! `placement`), who should lead ([`leaders`], `rebalance`, the control
+//! group's voters: `control_voters`), and how it checkpoints (`collect`).
+//! What it answers the HTTP layer is `serving`. It imports the consensus
+//! and base layers, never the single node (`tests/layers.rs`).
 //!
 //! The cluster forms on first start without any manual step: each node
 //! initializes every group with the same membership (the full peer list),
@@ -26,31 +32,38 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use openraft::BasicNode;
-use runnel_core::listing::Listed;
 use runnel_core::{Applied, Command, StreamsState};
 use runnel_log::Log;
 
 use crate::activity::Activity;
+use crate::api::{GroupEngine, Route};
+use crate::config::EngineConfig;
 use crate::control::{self, Control};
-use crate::history;
-use crate::node::{
-    check_meta, open_log, refuse_collected_log_without_checkpoint, EngineConfig, OpenError,
+use crate::datadir::{
+    check_meta, open_log, refuse_collected_log_without_checkpoint, OpenError, RecordError,
 };
+use crate::error::EngineError;
+use crate::history;
+use crate::metrics::PeerMetrics;
 use crate::placement;
-use crate::raft::collect::Collector;
 use crate::raft::group::RaftGroup;
 use crate::raft::journal::{Durability, GroupLog};
 use crate::raft::starter::RaftStarter;
 use crate::raft::state_machine::{AppliedPoint, GroupShared, Persisted};
-use crate::raft::transport::{raft_addr, Links, PeerQueries, Served, TcpTransport, Transport};
+use crate::raft::transport::{
+    raft_addr, Links, PeerIdentity, PeerQueries, Served, TcpTransport, Transport,
+};
 use crate::raft::vote_guard::VoteGuard;
-use crate::raft::{rebalance, snapshot, NodeId};
+use crate::raft::{snapshot, NodeId};
 use crate::tier::{self, GroupTier, Tiering};
+use crate::upkeep::MaintainedGroup;
 use crate::view::GroupView;
-use crate::{BoxFuture, EngineError, GroupEngine, MaintainedGroup, NodeEngine, Route};
+pub use collect::CollectError;
+use collect::Collector;
 use hosting::Hosting;
 use identity::Identity;
 
+mod collect;
 mod control_voters;
 mod formation;
 pub mod hosting;
@@ -59,9 +72,11 @@ mod joint;
 mod leaders;
 pub mod membership;
 mod reads;
+mod rebalance;
 mod recovery;
 mod replication;
 mod report;
+mod serving;
 
 /// The data directory's format: 3 keeps streams out of group 0
 /// ([`placement::stream_group`]); a format 2 directory, whose streams
@@ -101,6 +116,11 @@ pub struct ClusterConfig {
     pub replication: usize,
 }
 
+/// A member whose `--peers` do not name it.
+#[derive(Debug, thiserror::Error)]
+#[error("--peers does not list this node ({0})")]
+pub struct NotInPeers(pub NodeId);
+
 /// Replicas of each data group unless `--replication-factor` says.
 pub const DEFAULT_REPLICATION: usize = 3;
 pub use runnel_core::cluster_meta::MAX_REPLICATION;
@@ -134,11 +154,13 @@ pub struct ClusterNode {
     peers_asked: Arc<dyn PeerQueries>,
     /// The groups as peers are answered, with this node's vote guard.
     served: Arc<Served>,
+    /// The cluster this node belongs to ([`identity`]).
+    identity: Arc<Identity>,
     /// A leader that has heard from no quorum for this long may be cut
     /// off: the node is not ready (`/ready`).
     quorum_silence: Duration,
     /// Raft RPC figures per peer, for `/metrics`.
-    peer_metrics: Box<dyn Fn() -> Vec<crate::metrics::PeerMetrics> + Send + Sync>,
+    peer_metrics: Box<dyn Fn() -> Vec<PeerMetrics> + Send + Sync>,
     data_dir: std::path::PathBuf,
     /// The groups this node left, and their leaders when it holds none.
     hosting: Arc<Hosting>,
@@ -161,24 +183,26 @@ impl ClusterNode {
         let mut peers = Vec::new();
         for (id, http) in &config.peers {
             if *id != config.node_id {
-                let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
+                let addr = raft_addr(http).map_err(|e| OpenError::Config(Box::new(e)))?;
                 peers.push((*id, addr));
             }
         }
         let own_addr = config
             .peers
             .get(&config.node_id)
-            .ok_or_else(|| OpenError::Config {
-                reason: format!("--peers does not list this node ({})", config.node_id),
-            })?;
+            .ok_or(OpenError::Config(Box::new(NotInPeers(config.node_id))))?;
         let identity = Identity::load(
             &config.engine.data_dir,
             config.node_id,
             config.cluster_id.as_deref(),
         )?;
         let transport = TcpTransport {
-            links: Arc::new(Links::new(peers, config.tls.clone(), Arc::clone(&identity))),
-            listen: raft_addr(own_addr).map_err(|reason| OpenError::Config { reason })?,
+            links: Arc::new(Links::new(
+                peers,
+                config.tls.clone(),
+                Arc::clone(&identity) as Arc<dyn PeerIdentity>,
+            )),
+            listen: raft_addr(own_addr).map_err(|e| OpenError::Config(Box::new(e)))?,
             tls: config.tls.clone(),
         };
         ClusterNode::open_with(config, transport, identity).await
@@ -186,7 +210,7 @@ impl ClusterNode {
 
     /// Opens a member that reaches its peers through `transport`, and
     /// belongs to the cluster `identity` names.
-    pub(crate) async fn open_with<T: Transport>(
+    pub async fn open_with<T: Transport>(
         config: &ClusterConfig,
         transport: T,
         identity: Arc<Identity>,
@@ -206,7 +230,7 @@ impl ClusterNode {
         let files = (0..group_count)
             .map(|g| snapshot::load(&engine.data_dir, g))
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|reason| OpenError::Checkpoint { reason })?;
+            .map_err(|e| OpenError::Checkpoint(Box::new(e)))?;
         // The snapshot of a copy this node dropped is not this group's.
         let files: Vec<_> = files
             .into_iter()
@@ -234,18 +258,16 @@ impl ClusterNode {
                     .first_chunk::<4>()
                     .map(|g| u32::from_le_bytes(*g) as usize)
                     .filter(|_| payload.len() >= crate::raft::RECORD_PREFIX)
-                    .ok_or_else(|| "record shorter than its prefix".to_string())?;
+                    .ok_or(RecordError::ShortPrefix)?;
                 if covered_below.get(group).is_some_and(|below| pos < *below) {
                     // Covered by the group's snapshot, or of a copy this
                     // node dropped (and may lie among collected segments).
                     return Ok(());
                 }
-                indexes
+                let index = indexes
                     .get_mut(group)
-                    .ok_or_else(|| {
-                        format!("record names group {group}, which this node does not have")
-                    })?
-                    .replay(pos, payload)
+                    .ok_or(RecordError::NoSuchGroup(group))?;
+                Ok(index.replay(pos, payload)?)
             },
         )?;
         durability.on_status(Ok(log.durable_position()));
@@ -264,13 +286,11 @@ impl ClusterNode {
             ..Default::default()
         }
         .validate()
-        .map_err(|e| OpenError::Config {
-            reason: e.to_string(),
-        })?;
+        .map_err(|e| OpenError::Config(Box::new(e)))?;
         let activity = Arc::new(Activity::default());
         let mut members = BTreeMap::new();
         for (id, http) in &config.peers {
-            let addr = raft_addr(http).map_err(|reason| OpenError::Config { reason })?;
+            let addr = raft_addr(http).map_err(|e| OpenError::Config(Box::new(e)))?;
             members.insert(*id, BasicNode { addr });
         }
         let transport = Arc::new(transport);
@@ -286,7 +306,7 @@ impl ClusterNode {
                 Tiering::open(tc, config.node_id, group_count as usize)
             })
             .transpose()
-            .map_err(|reason| OpenError::Config { reason })?;
+            .map_err(|e| OpenError::Config(Box::new(e)))?;
         let starter = Arc::new(RaftStarter {
             node_id: config.node_id,
             config: raft_config,
@@ -301,7 +321,7 @@ impl ClusterNode {
                 None => (StreamsState::new(), AppliedPoint::default(), None),
                 Some(file) => {
                     let state = snapshot::decode_state(&file.state)
-                        .map_err(|reason| OpenError::Checkpoint { reason })?;
+                        .map_err(|e| OpenError::Checkpoint(Box::new(e)))?;
                     if let Some(last) = file.last_log_id() {
                         index.start_after_snapshot(last, file.header.vote);
                     }
@@ -336,7 +356,7 @@ impl ClusterNode {
             let raft = starter
                 .start(&shared)
                 .await
-                .map_err(|reason| OpenError::Config { reason })?;
+                .map_err(|e| OpenError::Config(Box::new(e)))?;
             groups.push(Arc::new(RaftGroup::new(
                 g as u32,
                 config.node_id,
@@ -348,16 +368,16 @@ impl ClusterNode {
             shares.push(shared);
         }
 
-        let served = Arc::new(Served {
-            rafts: groups.iter().map(|g| g.raft_slot().clone()).collect(),
-            views: groups.iter().map(|g| g.view().clone()).collect(),
-            votes: VoteGuard::new(groups.len()),
-            identity: Arc::clone(&identity),
-            retired: {
+        let served = Arc::new(Served::new(
+            groups.iter().map(|g| g.raft_slot().clone()).collect(),
+            groups.iter().map(|g| g.view().clone()).collect(),
+            VoteGuard::new(groups.len()),
+            Arc::clone(&identity) as Arc<dyn PeerIdentity>,
+            {
                 let control = Arc::clone(&groups[control::CONTROL_GROUP]);
                 Box::new(move |node| control.view().with_state(|s| s.is_retired(node)))
             },
-        });
+        ));
         let mut tasks = transport.serve(Arc::clone(&served)).await?;
 
         let ids: Vec<NodeId> = members.keys().copied().collect();
@@ -386,7 +406,7 @@ impl ClusterNode {
         )));
         tasks.push(tokio::spawn(identity::name_the_cluster(
             Arc::clone(&groups[control::CONTROL_GROUP]),
-            identity,
+            Arc::clone(&identity),
         )));
         tasks.push(tokio::spawn(replication::record_initial(
             Arc::clone(&groups[control::CONTROL_GROUP]),
@@ -467,6 +487,7 @@ impl ClusterNode {
             collector,
             peers_asked,
             served,
+            identity,
             quorum_silence: config.election_timeout.1 * 2,
             peer_metrics: {
                 let transport = Arc::clone(&transport);
@@ -481,11 +502,11 @@ impl ClusterNode {
 
     /// Whether this node votes in every group: false while it catches up
     /// with a group it lost its copy of (see [`VoteGuard`]).
-    #[cfg(test)] // the simulation loses a disk only while every node votes
-    pub(crate) fn votes_in_every_group(&self) -> bool {
+    /// (The simulation loses a disk only while every node votes.)
+    pub fn votes_in_every_group(&self) -> bool {
         self.groups
             .iter()
-            .all(|g| !self.served.votes.refuses(g.index(), &g.raft()))
+            .all(|g| !self.served.votes().refuses(g.index(), &g.raft()))
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -494,7 +515,7 @@ impl ClusterNode {
 
     /// The cluster's id, once this node knows it ([`identity`]).
     pub fn cluster_id(&self) -> Option<&str> {
-        self.served.identity.get()
+        self.identity.get()
     }
 
     pub fn groups(&self) -> &[Arc<RaftGroup>] {
@@ -506,8 +527,7 @@ impl ClusterNode {
     }
 
     /// Which groups this node left, and where their leaders are.
-    #[cfg(test)]
-    pub(crate) fn hosting(&self) -> &Hosting {
+    pub fn hosting(&self) -> &Hosting {
         &self.hosting
     }
 
@@ -580,7 +600,7 @@ impl ClusterNode {
     /// Snapshots every group that applied entries since its last snapshot,
     /// then deletes the log segments no group needs any more; returns the
     /// bytes reclaimed.
-    pub async fn checkpoint(&self) -> Result<u64, String> {
+    pub async fn checkpoint(&self) -> Result<u64, CollectError> {
         self.collector.checkpoint().await
     }
 
@@ -613,159 +633,6 @@ impl ClusterNode {
         for group in &self.groups {
             let _ = group.raft().shutdown().await;
         }
-    }
-}
-
-impl NodeEngine for ClusterNode {
-    fn propose(&self, command: Command) -> BoxFuture<'_, Result<Applied, EngineError>> {
-        Box::pin(ClusterNode::propose(self, command))
-    }
-
-    fn engine_for(&self, name: &str) -> &dyn GroupEngine {
-        self.group_for(name).as_ref()
-    }
-
-    fn write_failure(&self) -> Option<String> {
-        self.log.failure().map(|e| e.to_string())
-    }
-
-    /// Not ready while the log failed, or while any group has no leader,
-    /// is led from here without a quorum heard from lately, or holds this
-    /// node's vote because it is still catching up after losing its state.
-    fn unready(&self) -> Option<String> {
-        if let Some(reason) = self.write_failure() {
-            return Some(format!("storage failed: {reason}"));
-        }
-        if self.served.identity.removed() {
-            return Some("this node was removed from the cluster for good".into());
-        }
-        for group in &self.groups {
-            let index = group.index();
-            if self.held_elsewhere(group) {
-                // Served there: this node needs only to know where.
-                if self.hosting.hint(index).is_none() {
-                    return Some(format!(
-                        "group {index}: held elsewhere, its leader not known yet"
-                    ));
-                }
-                continue;
-            }
-            if self.served.votes.refuses(index, &group.raft()) {
-                return Some(format!("group {index}: catching up after losing its state"));
-            }
-            let metrics = group.raft().metrics().borrow().clone();
-            match metrics.current_leader {
-                None => return Some(format!("group {index} has no leader")),
-                Some(leader) if leader == self.node_id => {
-                    let silent = metrics.millis_since_quorum_ack.map(Duration::from_millis);
-                    if silent.is_none_or(|s| s > self.quorum_silence) {
-                        return Some(format!(
-                            "group {index}: led here, but no quorum answered for {}",
-                            silent.map_or("ever".into(), |s| format!("{} ms", s.as_millis()))
-                        ));
-                    }
-                }
-                Some(_) => {}
-            }
-        }
-        None
-    }
-
-    fn route(&self, name: &str) -> Route {
-        self.route_to(self.group_for(name))
-    }
-
-    fn group_route(&self, group: u32) -> Route {
-        self.groups
-            .get(group as usize)
-            .map_or(Route::NoLeader, |g| self.route_to(g))
-    }
-
-    fn change_member(
-        &self,
-        group: u32,
-        change: membership::MemberChange,
-    ) -> BoxFuture<'_, Result<membership::MemberReport, EngineError>> {
-        Box::pin(ClusterNode::change_member(self, group, change))
-    }
-
-    fn control_route(&self) -> Route {
-        self.route_to(&self.groups[control::CONTROL_GROUP])
-    }
-
-    fn control_term(&self) -> Option<u64> {
-        let group = &self.groups[control::CONTROL_GROUP];
-        group.leads().then(|| group.term())
-    }
-
-    fn control(&self) -> &Control {
-        &self.control
-    }
-
-    fn node_label(&self) -> String {
-        self.node_id.to_string()
-    }
-
-    fn replicated(&self) -> bool {
-        true
-    }
-
-    fn every_node_holds_every_group(&self) -> bool {
-        let everyone: std::collections::BTreeSet<NodeId> = self.groups[control::CONTROL_GROUP]
-            .members()
-            .into_iter()
-            .map(|(node, _)| node)
-            .collect();
-        self.groups.iter().all(|g| {
-            self.holds(g)
-                && g.members()
-                    .into_iter()
-                    .map(|(node, _)| node)
-                    .collect::<std::collections::BTreeSet<_>>()
-                    == everyone
-        })
-    }
-
-    fn read_barrier<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), EngineError>> {
-        Box::pin(self.group_for(name).read_barrier())
-    }
-
-    fn prepare_live_read<'a>(&'a self, name: &'a str) -> BoxFuture<'a, bool> {
-        Box::pin(self.live_read_ready(name))
-    }
-
-    fn holds_group_of(&self, name: &str) -> bool {
-        self.holds(self.group_for(name))
-    }
-
-    fn live_named<'a>(&'a self, names: &'a [String]) -> BoxFuture<'a, crate::LiveNamed> {
-        Box::pin(self.live_named_in_groups(names))
-    }
-
-    fn list_streams<'a>(
-        &'a self,
-        prefix: &'a str,
-        after: Option<&'a str>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<(Vec<Listed>, bool), EngineError>> {
-        Box::pin(self.list_caught_up(prefix, after, limit))
-    }
-
-    fn same_group(&self, a: &str, b: &str) -> bool {
-        let groups = self.groups.len();
-        placement::stream_group(a, groups) == placement::stream_group(b, groups)
-    }
-
-    fn take_released_pins(&self) -> Vec<runnel_core::RemotePin> {
-        crate::take_released_pins(&self.groups)
-    }
-
-    fn metrics(&self) -> crate::NodeMetrics {
-        self.report_metrics()
-    }
-
-    fn status(&self) -> serde_json::Value {
-        self.report_status()
     }
 }
 

@@ -7,9 +7,13 @@
 use runnel_core::listing::Listed;
 
 use super::{ClusterNode, FOLLOWER_CATCH_UP};
+use crate::api::{LiveNamed, Route};
+use crate::clock::now_ms;
+use crate::error::{EngineError, ReplicationError, Unreadable};
 use crate::raft::group::RaftGroup;
 use crate::raft::transport::{ListRequest, MAX_LISTED};
-use crate::{EngineError, LiveNamed, MaintainedGroup, Route};
+use crate::upkeep::merge_listing;
+use crate::upkeep::MaintainedGroup;
 
 impl ClusterNode {
     /// Whether this node's copy of `group` holds every write acknowledged
@@ -73,7 +77,7 @@ impl ClusterNode {
         after: Option<&str>,
         limit: usize,
     ) -> Result<(Vec<Listed>, bool), EngineError> {
-        let now = crate::now_ms();
+        let now = now_ms();
         let mut page = Vec::new();
         for group in &self.groups {
             // One more than asked: whether another page follows.
@@ -85,14 +89,14 @@ impl ClusterNode {
                 );
                 continue;
             }
-            let unreadable = |why: String| {
-                EngineError::Replication(format!(
-                    "group {} cannot be read consistently at the moment ({why}); retry",
-                    group.index()
-                ))
+            let unreadable = |why| {
+                EngineError::Replication(ReplicationError::Unreadable {
+                    group: group.index(),
+                    why,
+                })
             };
             let Route::Forward { node: leader, .. } = self.route_to(group) else {
-                return Err(unreadable("no leader, or this node lags".into()));
+                return Err(unreadable(Unreadable::NoLeader));
             };
             let request = ListRequest {
                 prefix: prefix.to_string(),
@@ -101,9 +105,9 @@ impl ClusterNode {
                 names: None,
             };
             let remote = self.peers_asked.list(leader, group.index(), &request).await;
-            page.extend(remote.map_err(|e| unreadable(format!("its leader, node {leader}: {e}")))?);
+            page.extend(remote.map_err(|error| unreadable(Unreadable::Leader { leader, error }))?);
         }
-        Ok(crate::merge_listing(page, limit))
+        Ok(merge_listing(page, limit))
     }
 
     /// The live streams among `names`, each with every write acknowledged
@@ -111,7 +115,7 @@ impl ClusterNode {
     /// else from the group's leader, one request per group. The names of
     /// a group that could not be read are returned as such.
     pub(super) async fn live_named_in_groups(&self, names: &[String]) -> LiveNamed {
-        let now = crate::now_ms();
+        let now = now_ms();
         let mut by_group: Vec<Vec<String>> = vec![Vec::new(); self.groups.len()];
         for name in names {
             by_group[self.group_for(name).index() as usize].push(name.clone());

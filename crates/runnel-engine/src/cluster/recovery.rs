@@ -4,7 +4,7 @@
 use crate::raft::snapshot::SnapshotFile;
 
 /// Where recovery scans the log from, and below where segments may be
-/// missing because the collector deleted them (see [`crate::raft::collect::Collector`]).
+/// missing because the collector deleted them (see [`super::collect::Collector`]).
 ///
 /// The collector runs only once every group it waits for has a snapshot,
 /// and deletes only segments before each one's replay point; it does not

@@ -13,9 +13,11 @@ use std::time::Duration;
 use runnel_core::{Applied, Command, StreamsState};
 
 use super::ClusterNode;
+use crate::api::GroupEngine;
 use crate::control::CONTROL_GROUP;
+use crate::error::EngineError;
 use crate::raft::group::RaftGroup;
-use crate::{EngineError, GroupEngine, MaintainedGroup};
+use crate::upkeep::MaintainedGroup;
 
 /// Pause between looks at the control group until a value stands.
 const POLL: Duration = Duration::from_millis(200);

@@ -2,21 +2,23 @@
 //! status `runnel ctl status` shows.
 
 use super::ClusterNode;
+use crate::api::NodeEngine;
+use crate::metrics::{DiskSpace, NodeMetrics};
 use crate::raft::group::GroupStatus;
 use crate::tier;
-use crate::{MaintainedGroup, NodeEngine};
+use crate::upkeep::MaintainedGroup;
 
 impl ClusterNode {
-    pub(super) fn report_metrics(&self) -> crate::NodeMetrics {
+    pub(super) fn report_metrics(&self) -> NodeMetrics {
         if let Some(tiering) = &self.tiering {
             tier::uploader::count_totals(&self.groups, tiering);
         }
         let groups = self
             .groups
             .iter()
-            .map(|g| g.metrics(!self.served.votes.refuses(g.index(), &g.raft())))
+            .map(|g| g.metrics(!self.served.votes().refuses(g.index(), &g.raft())))
             .collect();
-        crate::NodeMetrics {
+        NodeMetrics {
             log_bytes: self.log.durable_position(),
             log_failed: self.write_failure().is_some(),
             syncs: self.log.sync_stats(),
@@ -28,7 +30,7 @@ impl ClusterNode {
             groups,
             peers: (self.peer_metrics)(),
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
-            disk: crate::metrics::DiskSpace::of(&self.data_dir),
+            disk: DiskSpace::of(&self.data_dir),
         }
     }
 
@@ -88,7 +90,7 @@ impl ClusterNode {
                     true => self.elsewhere_status(g.index()),
                     false => {
                         let mut status = g.status();
-                        status.votes = !self.served.votes.refuses(g.index(), &g.raft());
+                        status.votes = !self.served.votes().refuses(g.index(), &g.raft());
                         status
                     }
                 };

@@ -14,6 +14,7 @@ mod tests;
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use crate::api::group_index;
 use crate::raft::NodeId;
 
 /// Each group's replicas, in order: the first is the preferred leader.
@@ -149,7 +150,7 @@ pub fn stream_group(name: &str, group_count: usize) -> usize {
     if group_count <= 1 {
         return 0;
     }
-    1 + crate::node::group_index(name, group_count - 1)
+    1 + group_index(name, group_count - 1)
 }
 
 /// The control group's voters at most. A metadata write waits for a

@@ -1,3 +1,6 @@
+//! The planner's unit and property tests: targets balanced and minimal,
+//! moves that reach them one replica at a time.
+
 use std::collections::BTreeSet;
 
 use proptest::prelude::*;

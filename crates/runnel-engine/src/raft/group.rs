@@ -24,8 +24,11 @@ use super::read_barrier::ReadBarrier;
 use super::starter::RaftSlot;
 use super::transfer::mute::MutedPeers;
 use super::{AppRequest, NodeId, Raft};
+use crate::api::{BoxFuture, GroupEngine};
+use crate::error::{EngineError, ReplicationError};
+use crate::metrics::GroupMetrics;
+use crate::upkeep::{propose_with_expiry, MaintainedGroup};
 use crate::view::{delegate_reads_to_view, GroupView};
-use crate::{propose_with_expiry, BoxFuture, EngineError, GroupEngine, MaintainedGroup};
 
 pub struct RaftGroup {
     index: u32,
@@ -131,10 +134,10 @@ impl RaftGroup {
     /// The group's figures for `/metrics`, from Raft's own metrics (not
     /// [`RaftGroup::status`]: that also digests the whole state, too much
     /// for every scrape). `votes`: whether this node votes in it.
-    pub fn metrics(&self, votes: bool) -> crate::GroupMetrics {
+    pub fn metrics(&self, votes: bool) -> GroupMetrics {
         let m = self.raft.get().metrics().borrow().clone();
         let last = m.last_log_index.unwrap_or(0);
-        crate::GroupMetrics {
+        GroupMetrics {
             group: self.index,
             leader: m.current_leader,
             is_leader: m.current_leader == Some(self.node_id),
@@ -173,6 +176,16 @@ impl RaftGroup {
     /// linearizable (see [`ReadBarrier`]).
     pub async fn read_barrier(&self) -> Result<(), EngineError> {
         self.read_barrier.wait().await
+    }
+
+    /// The group's index among the node's groups.
+    pub fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Whether this node leads the group now, as far as it knows.
+    pub fn leads(&self) -> bool {
+        self.leader() == Some(self.node_id)
     }
 
     /// The leader this node knows of.
@@ -302,13 +315,17 @@ async fn propose_batches(
         let counts = Arc::clone(&counts);
         tokio::spawn(async move {
             let results = match submitted {
-                Err(fatal) => Err(EngineError::Replication(fatal.to_string())),
+                Err(fatal) => Err(EngineError::Replication(ReplicationError::Fatal(Box::new(
+                    fatal,
+                )))),
                 Ok(receiver) => match receiver.await {
                     Err(_) => Err(EngineError::ShuttingDown),
                     Ok(Err(ClientWriteError::ForwardToLeader(forward))) => {
                         Err(EngineError::NotLeader(forward.leader_id))
                     }
-                    Ok(Err(other)) => Err(EngineError::Replication(other.to_string())),
+                    Ok(Err(other)) => Err(EngineError::Replication(ReplicationError::Write(
+                        Box::new(other),
+                    ))),
                     Ok(Ok(response)) => Ok(response.data.0),
                 },
             };
@@ -332,7 +349,7 @@ async fn propose_batches(
                     );
                     for reply in replies {
                         let _ = reply.send(Err(EngineError::Replication(
-                            "the batch was applied, but its outcome is unknown".into(),
+                            ReplicationError::OutcomeUnknown,
                         )));
                     }
                 }
@@ -348,7 +365,7 @@ async fn propose_batches(
 
 impl MaintainedGroup for RaftGroup {
     fn index(&self) -> u32 {
-        self.index
+        RaftGroup::index(self)
     }
 
     fn view(&self) -> &GroupView {
@@ -356,7 +373,7 @@ impl MaintainedGroup for RaftGroup {
     }
 
     fn leads(&self) -> bool {
-        self.leader() == Some(self.node_id)
+        RaftGroup::leads(self)
     }
 
     fn term(&self) -> u64 {

@@ -104,6 +104,15 @@ impl Durability {
     }
 }
 
+/// Why a recovered record of a group could not be replayed.
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("raft record of kind {kind}: {source}")]
+    Undecodable { kind: u8, source: bincode::Error },
+    #[error("unknown raft record kind {0}")]
+    UnknownKind(u8),
+}
+
 /// Where one live entry of a group sits in the shared log.
 #[derive(Debug, Clone, Copy)]
 pub struct EntryLoc {
@@ -134,9 +143,9 @@ pub struct GroupLog {
 
 impl GroupLog {
     /// Applies one recovered record of this group.
-    pub fn replay(&mut self, payload_pos: u64, payload: &[u8]) -> Result<(), String> {
+    pub fn replay(&mut self, payload_pos: u64, payload: &[u8]) -> Result<(), JournalError> {
         let (kind, body) = (payload[RECORD_PREFIX - 1], &payload[RECORD_PREFIX..]);
-        let decode_err = |e: bincode::Error| format!("raft record of kind {kind}: {e}");
+        let decode_err = |source| JournalError::Undecodable { kind, source };
         match kind {
             kind::ENTRY => {
                 let entry: RaftEntry = bincode::deserialize(body).map_err(decode_err)?;
@@ -152,7 +161,7 @@ impl GroupLog {
             kind::PURGE => self.purge(bincode::deserialize(body).map_err(decode_err)?),
             // Bytes of an installed snapshot: the snapshot file points here.
             kind::BLOB => {}
-            other => return Err(format!("unknown raft record kind {other}")),
+            other => return Err(JournalError::UnknownKind(other)),
         }
         Ok(())
     }

@@ -1,14 +1,25 @@
-//! The Raft engine: every group of the cluster is an openraft instance
+//! Consensus, the Raft engine: every group of the cluster is an openraft instance
 //! whose log lives in the node's shared [`runnel_log::Log`] (so one fsync
 //! covers the entries, votes and truncations of every group) and whose
 //! state machine is the same [`runnel_core::StreamsState`] the local
 //! engine applies to.
 //!
+//! This layer is the mechanism, below the cluster's policy (`crate::cluster`,
+//! which decides who is a member, who leads, what moves): it imports only
+//! the base layer, never the cluster (`tests/layers.rs` checks it).
+//!
 //! Module map: [`journal`] stores each group's Raft log and vote in the
-//! shared log; [`state_machine`] applies committed entries; [`transport`]
-//! carries the Raft RPCs of all groups over one TCP connection per peer
-//! pair; [`group`] is the [`crate::GroupEngine`] a client proposes to;
-//! [`starter`] starts each group's Raft (again, for a copy taken back).
+//! shared log; [`state_machine`] applies committed entries; [`snapshot`]
+//! persists and ships its state; [`transport`] carries the Raft RPCs of
+//! all groups over one TCP connection per peer pair, and answers peers
+//! ([`transport::Served`]) for whoever is this node ([`transport::PeerIdentity`]);
+//! [`group`] is the [`crate::GroupEngine`] a client proposes to;
+//! [`starter`] starts each group's Raft (again, for a copy taken back);
+//! [`runtime`] is openraft's runtime with seedable randomness;
+//! [`read_barrier`] makes a leader's reads linearizable; [`vote_guard`]
+//! keeps a node that lost its disk from voting; [`transfer`] moves a
+//! group's leadership without waiting out a lease (the mechanism: mute,
+//! plan, the peers' part).
 //!
 //! Shared-log record layout: `[group: u32 LE][kind: u8][bincode body]`,
 //! where the body of an entry record is the whole openraft entry. Its
@@ -26,11 +37,9 @@
 // our helpers return what the traits do.
 #![allow(clippy::result_large_err)]
 
-pub(crate) mod collect;
 pub mod group;
 pub(crate) mod journal;
 pub(crate) mod read_barrier;
-pub(crate) mod rebalance;
 pub mod runtime;
 pub(crate) mod snapshot;
 pub mod starter;
@@ -38,9 +47,6 @@ pub(crate) mod state_machine;
 pub(crate) mod transfer;
 pub mod transport;
 pub(crate) mod vote_guard;
-
-#[cfg(test)]
-mod sim;
 
 use std::fmt;
 
@@ -62,7 +68,7 @@ impl AppRequest {
     }
 
     /// The encoded entries with their offsets in the batch.
-    pub fn items(&self) -> impl Iterator<Item = Result<(usize, &[u8]), String>> + '_ {
+    pub fn items(&self) -> impl Iterator<Item = Result<(usize, &[u8]), BatchError>> + '_ {
         let mut at = 0;
         std::iter::from_fn(move || {
             if at >= self.0.len() {
@@ -73,7 +79,7 @@ impl AppRequest {
                 .map(|len| u32::from_le_bytes(*len) as usize)
                 .filter(|len| at + 4 + len <= self.0.len())
                 .map(|len| (at + 4, &self.0[at + 4..at + 4 + len]))
-                .ok_or_else(|| format!("truncated batch item at byte {at}"));
+                .ok_or(BatchError::Truncated { at });
             at = match &item {
                 Ok((start, bytes)) => start + bytes.len(),
                 Err(_) => self.0.len(),
@@ -87,6 +93,16 @@ impl fmt::Debug for AppRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "AppRequest({} bytes)", self.0.len())
     }
+}
+
+/// Why an item of a replicated batch could not be read (the leader
+/// encoded it: a bug, which every node meets alike).
+#[derive(Debug, thiserror::Error)]
+pub enum BatchError {
+    #[error("truncated batch item at byte {at}")]
+    Truncated { at: usize },
+    #[error(transparent)]
+    Entry(#[from] runnel_core::CodecError),
 }
 
 /// What applying a batch answered, one result per proposal, handed to the
@@ -166,12 +182,10 @@ pub(crate) fn storage_error(
 pub(crate) async fn blocking<T: Send + 'static>(
     inline: bool,
     f: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, String> {
+) -> Result<T, tokio::task::JoinError> {
     if inline {
         Ok(f())
     } else {
-        tokio::task::spawn_blocking(f)
-            .await
-            .map_err(|e| e.to_string())
+        tokio::task::spawn_blocking(f).await
     }
 }

@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 
 use super::starter::RaftSlot;
 use super::NodeId;
-use crate::EngineError;
+use crate::error::{EngineError, ReplicationError};
 
 type Waiter = oneshot::Sender<Result<(), EngineError>>;
 
@@ -89,8 +89,8 @@ fn not_leading(
             EngineError::NotLeader(f.leader_id)
         }
         RaftError::APIError(CheckIsLeaderError::QuorumNotEnough(q)) => {
-            EngineError::Replication(format!("leadership not confirmed by a quorum: {q}"))
+            EngineError::Replication(ReplicationError::NoQuorum(q))
         }
-        RaftError::Fatal(f) => EngineError::Replication(f.to_string()),
+        RaftError::Fatal(f) => EngineError::Replication(ReplicationError::Fatal(Box::new(f))),
     }
 }

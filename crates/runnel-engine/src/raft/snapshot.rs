@@ -26,6 +26,41 @@ use super::{LogId, NodeId, Vote};
 
 const MAGIC: &[u8; 8] = b"RNLRSNP1";
 
+/// Why a snapshot (file or transfer) could not be read or written.
+#[derive(Debug, thiserror::Error)]
+pub enum SnapshotError {
+    #[error("reading {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The file is damaged (`what`: how): the log before it may be gone,
+    /// so it is never ignored.
+    #[error("{path}: {what}")]
+    Damaged { path: PathBuf, what: &'static str },
+    #[error("{path}: header: {source}")]
+    Header {
+        path: PathBuf,
+        source: bincode::Error,
+    },
+    #[error("snapshot transfer is truncated")]
+    TransferTruncated,
+    #[error("snapshot state: {0}")]
+    State(#[from] runnel_core::CodecError),
+    /// A live range's bytes could not be read from the log.
+    #[error("reading a snapshot's bytes: {0}")]
+    Bytes(#[from] runnel_log::LogError),
+    /// Bytes copied into the log did not become durable.
+    #[error("the copied bytes did not become durable: {0}")]
+    NotDurable(runnel_log::LogError),
+    /// Moving the live bytes forward failed (see `crate::copy_forward`).
+    #[error(transparent)]
+    Copy(#[from] crate::copy_forward::CopyError),
+    /// The snapshot file could not be written.
+    #[error(transparent)]
+    Store(Box<super::StorageError>),
+}
+
 /// What a snapshot file records besides the state.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct FileHeader {
@@ -62,14 +97,17 @@ fn path(data_dir: &Path, group: u32) -> PathBuf {
 
 /// Reads group `group`'s snapshot file, if there is one. A damaged file is
 /// an error: the log before it may be gone.
-pub fn load(data_dir: &Path, group: u32) -> Result<Option<SnapshotFile>, String> {
+pub fn load(data_dir: &Path, group: u32) -> Result<Option<SnapshotFile>, SnapshotError> {
     let path = path(data_dir, group);
     let bytes = match std::fs::read(&path) {
         Ok(bytes) => bytes,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(format!("reading {}: {e}", path.display())),
+        Err(source) => return Err(SnapshotError::Read { path, source }),
     };
-    let fail = |what: &str| format!("{}: {what}", path.display());
+    let fail = |what| SnapshotError::Damaged {
+        path: path.clone(),
+        what,
+    };
     let (body, crc) = bytes
         .split_last_chunk::<4>()
         .ok_or_else(|| fail("truncated"))?;
@@ -84,7 +122,10 @@ pub fn load(data_dir: &Path, group: u32) -> Result<Option<SnapshotFile>, String>
         .split_at_checked(u32::from_le_bytes(*len) as usize)
         .ok_or_else(|| fail("truncated header"))?;
     let header: FileHeader =
-        bincode::deserialize(header).map_err(|e| fail(&format!("header: {e}")))?;
+        bincode::deserialize(header).map_err(|source| SnapshotError::Header {
+            path: path.clone(),
+            source,
+        })?;
     Ok(Some(SnapshotFile {
         header,
         state: state.to_vec(),
@@ -124,8 +165,8 @@ pub fn store(data_dir: &Path, group: u32, file: &SnapshotFile) -> std::io::Resul
 pub fn encode_transfer(
     state: &[u8],
     ranges: &[(u64, u64)],
-    mut read: impl FnMut(u64, &mut [u8]) -> Result<(), String>,
-) -> Result<Vec<u8>, String> {
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<(), runnel_log::LogError>,
+) -> Result<Vec<u8>, SnapshotError> {
     let total: u64 = ranges.iter().map(|(_, len)| 16 + len).sum();
     let mut out = Vec::with_capacity(8 + state.len() + total as usize);
     out.extend_from_slice(&(state.len() as u64).to_le_bytes());
@@ -147,15 +188,15 @@ pub struct Transfer<'a> {
     pub ranges: Vec<(u64, &'a [u8])>,
 }
 
-pub fn decode_transfer(bytes: &[u8]) -> Result<Transfer<'_>, String> {
-    fn take<'a>(at: &mut &'a [u8], n: usize) -> Result<&'a [u8], String> {
+pub fn decode_transfer(bytes: &[u8]) -> Result<Transfer<'_>, SnapshotError> {
+    fn take<'a>(at: &mut &'a [u8], n: usize) -> Result<&'a [u8], SnapshotError> {
         let (head, rest) = at
             .split_at_checked(n)
-            .ok_or("snapshot transfer is truncated")?;
+            .ok_or(SnapshotError::TransferTruncated)?;
         *at = rest;
         Ok(head)
     }
-    fn take_u64(at: &mut &[u8]) -> Result<u64, String> {
+    fn take_u64(at: &mut &[u8]) -> Result<u64, SnapshotError> {
         Ok(u64::from_le_bytes(
             take(at, 8)?.try_into().expect("8 bytes"),
         ))
@@ -172,45 +213,15 @@ pub fn decode_transfer(bytes: &[u8]) -> Result<Transfer<'_>, String> {
     Ok(Transfer { state, ranges })
 }
 
-/// Maps sender positions to receiver positions, range by range.
-pub struct Relocation {
-    /// (sender start, length, receiver start), sorted by sender start.
-    moved: Vec<(u64, u64, u64)>,
-}
-
-impl Relocation {
-    pub fn new(mut moved: Vec<(u64, u64, u64)>) -> Relocation {
-        moved.sort_unstable();
-        Relocation { moved }
-    }
-
-    /// Where the byte the sender held at `loc` now lies. References always
-    /// fall inside a copied range (the ranges are the state's own).
-    pub fn map(&self, loc: u64) -> u64 {
-        self.moved_to(loc).unwrap_or_else(|| {
-            debug_assert!(false, "position {loc} is in no copied range");
-            loc
-        })
-    }
-
-    /// Where the byte at `loc` was copied to, if it was.
-    pub fn moved_to(&self, loc: u64) -> Option<u64> {
-        let idx = self.moved.partition_point(|(from, _, _)| *from <= loc);
-        match idx.checked_sub(1).map(|i| self.moved[i]) {
-            Some((from, len, to)) if loc < from + len.max(1) => Some(to + (loc - from)),
-            _ => None,
-        }
-    }
-}
-
 /// Decodes a state from a snapshot file or transfer.
-pub fn decode_state(bytes: &[u8]) -> Result<StreamsState, String> {
-    StreamsState::decode_checkpoint(bytes).map_err(|e| format!("snapshot state: {e}"))
+pub fn decode_state(bytes: &[u8]) -> Result<StreamsState, SnapshotError> {
+    Ok(StreamsState::decode_checkpoint(bytes)?)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::copy_forward::Relocation;
 
     #[test]
     fn transfer_round_trips_and_relocation_maps_inside_ranges() {

@@ -34,6 +34,14 @@ impl RaftSlot {
     }
 }
 
+/// A group's Raft that did not start.
+#[derive(Debug, thiserror::Error)]
+#[error("starting group {group}: {source}")]
+pub struct StartError {
+    pub group: u32,
+    pub source: openraft::error::Fatal<NodeId>,
+}
+
 /// What every group's Raft is started with.
 pub(crate) struct RaftStarter<T> {
     pub node_id: NodeId,
@@ -46,7 +54,7 @@ pub(crate) struct RaftStarter<T> {
 impl<T: Transport> RaftStarter<T> {
     /// Starts the Raft of the group `shared` belongs to, from whatever its
     /// index and applied point hold.
-    pub async fn start(&self, shared: &GroupShared) -> Result<Raft, String> {
+    pub async fn start(&self, shared: &GroupShared) -> Result<Raft, StartError> {
         let g = shared.group;
         let store = JournalStore::new(
             g,
@@ -70,13 +78,13 @@ impl<T: Transport> RaftStarter<T> {
             GroupStateMachine::new(shared.clone()),
         )
         .await
-        .map_err(|e| format!("starting group {g}: {e}"))
+        .map_err(|source| StartError { group: g, source })
     }
 
     /// Starts a group whose copy this node dropped (its index, applied
     /// point, snapshot and state already emptied) afresh: an empty,
     /// uninitialized Raft the group's leader catches up like a new node.
-    pub async fn restart_empty(&self, shared: &GroupShared) -> Result<Raft, String> {
+    pub async fn restart_empty(&self, shared: &GroupShared) -> Result<Raft, StartError> {
         *shared.applied.lock().expect("applied lock") = AppliedPoint::default();
         self.start(shared).await
     }

@@ -19,11 +19,13 @@ use openraft::{
 use runnel_core::Entry;
 
 use super::journal::{Durability, GroupLog};
-use super::snapshot::{self, FileHeader, Relocation, SnapshotFile};
+use super::snapshot::{self, FileHeader, SnapshotError, SnapshotFile};
 use super::{
     kind, storage_error, ApplyOutcome, LogId, NodeId, RaftEntry, StorageError, TypeConfig,
     RECORD_PREFIX,
 };
+use crate::clock::now_ms;
+use crate::copy_forward::Relocation;
 use crate::view::GroupView;
 
 type Membership = StoredMembership<NodeId, BasicNode>;
@@ -117,7 +119,7 @@ impl GroupShared {
     /// points both the applied state and the file at the copies. Ranges
     /// the file no longer holds (a snapshot replaced it since they were
     /// planned) are left alone.
-    pub async fn move_forward(&self, ranges: Vec<(u64, u64)>) -> Result<u64, String> {
+    pub async fn move_forward(&self, ranges: Vec<(u64, u64)>) -> Result<u64, SnapshotError> {
         let _gate = self.file_gate.lock().await;
         let Some(persisted) = self.persisted.lock().expect("snapshot lock").clone() else {
             return Ok(0);
@@ -133,7 +135,10 @@ impl GroupShared {
             return Ok(0);
         }
         let bytes = moved.iter().map(|(_, len, _)| len).sum();
-        self.durability.wait(end).await.map_err(|e| e.to_string())?;
+        self.durability
+            .wait(end)
+            .await
+            .map_err(SnapshotError::NotDurable)?;
         let relocation = Relocation::new(moved);
         let to = |loc| relocation.moved_to(loc).unwrap_or(loc);
         self.view.apply(|state| state.relocate(to));
@@ -145,7 +150,7 @@ impl GroupShared {
         };
         self.persist(file, state.live_ranges())
             .await
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| SnapshotError::Store(Box::new(e)))?;
         Ok(bytes)
     }
 
@@ -220,8 +225,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
                         // The leader encoded it; a failure here is a bug,
                         // and every node reaches the same verdict.
                         let decoded_item = item.and_then(|(offset, bytes)| {
-                            let (entry, data_len) =
-                                Entry::decode_header(bytes).map_err(|e| e.to_string())?;
+                            let (entry, data_len) = Entry::decode_header(bytes)?;
                             let item_end = batch_pos + (offset + bytes.len()) as u64;
                             Ok(Decoded {
                                 entry,
@@ -343,7 +347,7 @@ impl RaftStateMachine<TypeConfig> for GroupStateMachine {
         };
         let log = &self.shared.view.log;
         let data = snapshot::encode_transfer(&persisted.file.state, &persisted.live, |loc, buf| {
-            log.read_unmapped_at(loc, buf).map_err(|e| e.to_string())
+            log.read_unmapped_at(loc, buf)
         })
         .map_err(snapshot_error)?;
         Ok(Some(Snapshot {
@@ -382,7 +386,7 @@ impl RaftSnapshotBuilder<TypeConfig> for SnapshotBuilder {
         let meta = SnapshotMeta {
             last_log_id: point.last,
             last_membership: point.membership,
-            snapshot_id: format!("{}-{}", point.last.map_or(0, |l| l.index), crate::now_ms()),
+            snapshot_id: format!("{}-{}", point.last.map_or(0, |l| l.index), now_ms()),
         };
         let file = SnapshotFile {
             header: FileHeader {

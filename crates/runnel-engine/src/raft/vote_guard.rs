@@ -130,7 +130,7 @@ impl VoteGuard {
 }
 
 /// The error a refused vote (or handover) request gets.
-pub(crate) const REFUSAL: &str =
+pub const REFUSAL: &str =
     "this node lost its state of the group and casts no vote until it has caught up with a leader";
 
 #[cfg(test)]

@@ -8,26 +8,59 @@
 //! an object is deleted only once the newest backup no longer names it.
 //! Two backups are kept; older ones are deleted once a newer is up.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use runnel_tier::names::CHECKPOINT_AREA;
-use runnel_tier::{CheckpointId, ObjectPath, TierStore};
+use runnel_tier::{CheckpointId, ObjectPath, TierError, TierStore};
 
 use super::Tiering;
-use crate::checkpoint::{self, FileWriter};
-use crate::now_ms;
+use crate::checkpoint::{self, CheckpointError, FileWriter};
+use crate::clock::now_ms;
+use crate::config::EngineConfig;
 
 /// Backups kept in the store.
 const KEEP: usize = 2;
 
+/// Why a backup could not be made, or a restore could not be done.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error(transparent)]
+    Store(#[from] TierError),
+    #[error("uploading checkpoint {path}: {source}")]
+    Upload { path: String, source: TierError },
+    #[error("deleting old checkpoint {path}: {source}")]
+    DeleteOld { path: String, source: TierError },
+    #[error("reading checkpoint {path}: {source}")]
+    Fetch { path: String, source: TierError },
+    #[error("checkpoint {path}: {source}")]
+    Damaged {
+        path: String,
+        source: Box<CheckpointError>,
+    },
+    #[error("creating {path}: {source}")]
+    CreateDir {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("writing the restored checkpoint: {0}")]
+    Write(std::io::Error),
+    #[error("--restore needs an object store (--object-store)")]
+    NoStore,
+    #[error("--restore: {0} already holds data; restore into an empty data directory")]
+    NotEmpty(PathBuf),
+    #[error("--restore: {0} does not exist")]
+    NoSuchStore(String),
+    #[error("--restore: the object store {0} holds no checkpoint")]
+    NoBackup(String),
+}
+
 /// Every backup in the store, oldest first.
-async fn list(store: &TierStore) -> Result<Vec<CheckpointId>, String> {
+async fn list(store: &TierStore) -> Result<Vec<CheckpointId>, BackupError> {
     let mut ids: Vec<CheckpointId> = store
         .list(&ObjectPath::from(CHECKPOINT_AREA))
-        .await
-        .map_err(|e| e.to_string())?
+        .await?
         .iter()
         .filter_map(|o| CheckpointId::parse(&o.path))
         .collect();
@@ -42,7 +75,7 @@ pub(crate) async fn upload(
     file: Vec<u8>,
     doomed_next: Vec<u64>,
     progress: (u64, u64, u64),
-) -> Result<(), String> {
+) -> Result<(), BackupError> {
     let existing = list(&tiering.store).await?;
     let sequence = existing
         .last()
@@ -57,7 +90,10 @@ pub(crate) async fn upload(
         .store
         .put_new(&id.path(), Bytes::from(file), |_| {})
         .await
-        .map_err(|e| format!("uploading checkpoint {}: {e}", id.path()))?;
+        .map_err(|source| BackupError::Upload {
+            path: id.path().to_string(),
+            source,
+        })?;
     tiering.set_backed_up(doomed_next, progress);
     tiering
         .stats
@@ -71,7 +107,10 @@ pub(crate) async fn upload(
             .store
             .delete(&old.path())
             .await
-            .map_err(|e| format!("deleting old checkpoint {}: {e}", old.path()))?;
+            .map_err(|source| BackupError::DeleteOld {
+                path: old.path().to_string(),
+                source,
+            })?;
     }
     Ok(())
 }
@@ -94,16 +133,21 @@ pub async fn restore(
     store: &TierStore,
     dir: &Path,
     groups: usize,
-) -> Result<Option<Restored>, String> {
+) -> Result<Option<Restored>, BackupError> {
     let Some(newest) = list(store).await?.pop() else {
         return Ok(None);
     };
     let bytes = store
         .get(&newest.path())
         .await
-        .map_err(|e| format!("reading checkpoint {}: {e}", newest.path()))?;
-    let loaded = checkpoint::decode(&bytes, groups)
-        .map_err(|e| format!("checkpoint {}: {e}", newest.path()))?;
+        .map_err(|source| BackupError::Fetch {
+            path: newest.path().to_string(),
+            source,
+        })?;
+    let loaded = checkpoint::decode(&bytes, groups).map_err(|e| BackupError::Damaged {
+        path: newest.path().to_string(),
+        source: Box::new(e),
+    })?;
     let mut lost_bytes = 0;
     let mut streams = 0;
     let mut file = FileWriter::new(groups);
@@ -113,9 +157,11 @@ pub async fn restore(
         // A fresh, empty log: nothing to replay.
         file.group(0, &state.capture_checkpoint());
     }
-    runnel_log::create_dir_durable(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
-    checkpoint::store(dir, &file.finish())
-        .map_err(|e| format!("writing the restored checkpoint: {e}"))?;
+    runnel_log::create_dir_durable(dir).map_err(|source| BackupError::CreateDir {
+        path: dir.to_path_buf(),
+        source,
+    })?;
+    checkpoint::store(dir, &file.finish()).map_err(BackupError::Write)?;
     Ok(Some(Restored {
         checkpoint: newest.path().to_string(),
         streams,
@@ -127,12 +173,12 @@ pub async fn restore(
 /// object store when asked to (`force`, refused over existing data), or
 /// when the directory holds no data and the store holds a backup.
 pub async fn restore_node(
-    config: &crate::EngineConfig,
+    config: &EngineConfig,
     force: bool,
-) -> Result<Option<Restored>, String> {
+) -> Result<Option<Restored>, BackupError> {
     let Some(tier) = &config.tier else {
         return if force {
-            Err("--restore needs an object store (--object-store)".into())
+            Err(BackupError::NoStore)
         } else {
             Ok(None)
         };
@@ -144,10 +190,7 @@ pub async fn restore_node(
             .unwrap_or(false);
     if has_data {
         return if force {
-            Err(format!(
-                "--restore: {} already holds data; restore into an empty data directory",
-                dir.display()
-            ))
+            Err(BackupError::NotEmpty(dir.to_path_buf()))
         } else {
             Ok(None)
         };
@@ -156,18 +199,15 @@ pub async fn restore_node(
     // would create it, and the data directory around it, unsynced).
     if tier.store.local_dir().is_some_and(|d| !d.exists()) {
         return if force {
-            Err(format!("--restore: {} does not exist", tier.store.url))
+            Err(BackupError::NoSuchStore(tier.store.url.clone()))
         } else {
             Ok(None)
         };
     }
-    let store = TierStore::open(&tier.store).map_err(|e| e.to_string())?;
+    let store = TierStore::open(&tier.store)?;
     let restored = restore(&store, dir, config.groups.max(1) as usize).await?;
     match (&restored, force) {
-        (None, true) => Err(format!(
-            "--restore: the object store {} holds no checkpoint",
-            store.describe()
-        )),
+        (None, true) => Err(BackupError::NoBackup(store.describe().to_string())),
         _ => Ok(restored),
     }
 }

@@ -20,15 +20,30 @@ use std::time::Duration;
 
 use runnel_core::{Applied, Command, Entry};
 use runnel_tier::names::{group_prefix, GROUP_AREAS};
-use runnel_tier::ObjectId;
+use runnel_tier::{ObjectId, TierError};
 
 use super::{chunk_id, snapshot_id, Tiering};
-use crate::{now_ms, MaintainedGroup};
+use crate::clock::now_ms;
+use crate::error::EngineError;
+use crate::upkeep::MaintainedGroup;
 
 /// Deletion passes at most this often.
 const PASS: Duration = Duration::from_secs(2);
 /// Objects deleted per group per pass at most.
 const BATCH: usize = 256;
+
+/// Why a deletion pass or a sweep stopped (the next one tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum GcError {
+    #[error("deleting {path}: {source}")]
+    Delete { path: String, source: TierError },
+    #[error("object deletions answered {0:?}")]
+    Unexpected(Box<Applied>),
+    #[error("recording object deletions: {0}")]
+    Record(EngineError),
+    #[error(transparent)]
+    Store(#[from] TierError),
+}
 
 /// Runs deletions and sweeps over `groups` until aborted.
 pub(crate) async fn run<G: MaintainedGroup + ?Sized>(groups: Vec<Arc<G>>, tiering: Arc<Tiering>) {
@@ -62,7 +77,7 @@ pub(crate) async fn run<G: MaintainedGroup + ?Sized>(groups: Vec<Arc<G>>, tierin
 pub(crate) async fn delete_doomed<G: MaintainedGroup + ?Sized>(
     group: &G,
     tiering: &Tiering,
-) -> Result<usize, String> {
+) -> Result<usize, GcError> {
     let grace = i64::try_from(tiering.config.gc_grace.as_millis()).unwrap_or(i64::MAX);
     let now = now_ms();
     let floor = if tiering.config.backup {
@@ -92,7 +107,10 @@ pub(crate) async fn delete_doomed<G: MaintainedGroup + ?Sized>(
             .store
             .delete(&id.path())
             .await
-            .map_err(|e| format!("deleting {}: {e}", id.path()))?;
+            .map_err(|source| GcError::Delete {
+                path: id.path().to_string(),
+                source,
+            })?;
         tiering
             .stats
             .objects_deleted
@@ -104,10 +122,10 @@ pub(crate) async fn delete_doomed<G: MaintainedGroup + ?Sized>(
     };
     match group.submit_entry(entry).await {
         Ok(Applied::ObjectsDeleted { .. }) => Ok(due.len()),
-        Ok(other) => Err(format!("object deletions answered {other:?}")),
+        Ok(other) => Err(GcError::Unexpected(Box::new(other))),
         // Deleted but not yet forgotten: the next pass deletes them again
         // (a deletion of a missing object succeeds) and tells the group.
-        Err(err) => Err(format!("recording object deletions: {err}")),
+        Err(err) => Err(GcError::Record(err)),
     }
 }
 
@@ -115,17 +133,11 @@ pub(crate) async fn delete_doomed<G: MaintainedGroup + ?Sized>(
 pub(crate) async fn sweep<G: MaintainedGroup + ?Sized>(
     group: &G,
     tiering: &Tiering,
-) -> Result<usize, String> {
+) -> Result<usize, GcError> {
     let index = group.index();
     let mut listed = Vec::new();
     for area in GROUP_AREAS {
-        listed.extend(
-            tiering
-                .store
-                .list(&group_prefix(area, index))
-                .await
-                .map_err(|e| e.to_string())?,
-        );
+        listed.extend(tiering.store.list(&group_prefix(area, index)).await?);
     }
     // Read the state after listing: a reference committed meanwhile is
     // seen, and an object uploaded meanwhile is young.
@@ -148,11 +160,7 @@ pub(crate) async fn sweep<G: MaintainedGroup + ?Sized>(
         if id.group != index || referenced.contains(&id) || object.modified_ms > old_before {
             continue;
         }
-        tiering
-            .store
-            .delete(&object.path)
-            .await
-            .map_err(|e| e.to_string())?;
+        tiering.store.delete(&object.path).await?;
         swept += 1;
         tiering.stats.orphans_swept.fetch_add(1, Ordering::Relaxed);
     }

@@ -26,7 +26,20 @@ use runnel_core::{ColdChunk, StreamId};
 use runnel_tier::{BlockCache, Layout, ObjectId, ObjectKind, StoreConfig, TierStore, Writer};
 use tokio::sync::Notify;
 
-use crate::EngineError;
+use crate::error::{EngineError, TierReadError};
+use crate::metrics::TierMetrics;
+
+/// Why a node's object store could not be opened.
+#[derive(Debug, thiserror::Error)]
+pub enum TierOpenError {
+    #[error("creating the object store directory {dir}: {source}")]
+    CreateDir {
+        dir: std::path::PathBuf,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Store(#[from] runnel_tier::TierError),
+}
 
 /// How a node tiers.
 #[derive(Debug, Clone)]
@@ -133,14 +146,17 @@ pub struct Tiering {
 
 impl Tiering {
     /// Opens the store a configuration names.
-    pub fn open(config: TierConfig, node_id: u64, groups: usize) -> Result<Arc<Tiering>, String> {
+    pub fn open(
+        config: TierConfig,
+        node_id: u64,
+        groups: usize,
+    ) -> Result<Arc<Tiering>, TierOpenError> {
         // A local store's root must survive a power loss like the log's.
         if let Some(dir) = config.store.local_dir() {
-            runnel_log::create_dir_durable(&dir).map_err(|e| {
-                format!("creating the object store directory {}: {e}", dir.display())
-            })?;
+            runnel_log::create_dir_durable(&dir)
+                .map_err(|source| TierOpenError::CreateDir { dir, source })?;
         }
-        let store = Arc::new(TierStore::open(&config.store).map_err(|e| e.to_string())?);
+        let store = Arc::new(TierStore::open(&config.store)?);
         Ok(Tiering::with_store(config, store, node_id, groups))
     }
 
@@ -187,12 +203,12 @@ impl Tiering {
 
     /// The status document's `tiering` section.
     /// The figures `/metrics` shows.
-    pub fn metrics(&self) -> crate::TierMetrics {
+    pub fn metrics(&self) -> TierMetrics {
         let s = &self.stats;
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let store = &self.store.stats;
         let cache = &self.cache.stats;
-        crate::TierMetrics {
+        TierMetrics {
             untiered_bytes: load(&s.untiered_bytes),
             tiered_bytes: load(&s.tiered_bytes),
             backlog_full: self.over_backlog().is_some(),
@@ -322,5 +338,5 @@ pub(crate) fn layout(chunk: &ColdChunk) -> Layout {
 /// that might be wrong.
 pub(crate) fn read_failed(tiering: &Tiering, err: runnel_tier::TierError) -> EngineError {
     tiering.stats.read_failures.fetch_add(1, Ordering::Relaxed);
-    EngineError::Tier(err.to_string())
+    EngineError::Tier(TierReadError::Store(err))
 }

@@ -16,8 +16,8 @@
 use runnel_core::{Command, CoreError, ForkFrom, TieredView};
 
 use super::reader;
+use crate::error::{EngineError, TierReadError};
 use crate::view::GroupView;
-use crate::EngineError;
 
 /// The command to propose for `command`: checked, and with fork
 /// sub-offsets resolved to positions.
@@ -86,9 +86,10 @@ async fn footer(
     view: &GroupView,
     at: &TieredView,
 ) -> Result<std::sync::Arc<runnel_tier::Footer>, EngineError> {
-    let tier = view.tier.as_ref().ok_or_else(|| {
-        EngineError::Tier("tiered history needs the object store (--object-store)".into())
-    })?;
+    let tier = view
+        .tier
+        .as_ref()
+        .ok_or(EngineError::Tier(TierReadError::NoStore))?;
     reader::footer(tier, at.owner, &at.chunk).await
 }
 

@@ -14,14 +14,12 @@ use runnel_core::{
 use runnel_tier::{Footer, Layout, ObjectPath as Path};
 
 use super::{chunk_id, layout, read_failed, GroupTier};
+use crate::api::ReadResult;
+use crate::error::{EngineError, TierReadError};
 use crate::view::GroupView;
-use crate::{EngineError, ReadResult};
 
 fn no_store() -> EngineError {
-    EngineError::Tier(
-        "this stream's history is tiered, but no object store is configured (--object-store)"
-            .into(),
-    )
+    EngineError::Tier(TierReadError::NoStore)
 }
 
 fn is_object(slice: &Slice) -> bool {
@@ -90,12 +88,13 @@ fn json_end(
         .iter()
         .map(|e| chunk.start + u64::from(*e))
         .filter(|e| *e > from && *e <= to);
-    let first = ends.next().ok_or_else(|| {
-        EngineError::Tier(format!(
-            "chunk {}..{} lists no message end after {from}",
-            chunk.start, chunk.end
-        ))
-    })?;
+    let first = ends
+        .next()
+        .ok_or(EngineError::Tier(TierReadError::Corrupt {
+            start: chunk.start,
+            end: chunk.end,
+            from,
+        }))?;
     Ok(std::iter::once(first)
         .chain(ends)
         .take_while(|e| *e - from <= room)

@@ -35,7 +35,35 @@ use runnel_log::Log;
 use runnel_tier::{ChunkBuilder, ObjectId, ObjectKind, TierError, Writer};
 
 use super::Tiering;
-use crate::{now_ms, EngineError, MaintainedGroup};
+use crate::clock::now_ms;
+use crate::error::EngineError;
+use crate::upkeep::MaintainedGroup;
+
+/// Why an upload (or its reference) failed; the tierer notes it and
+/// tries again after a pause.
+#[derive(Debug, thiserror::Error)]
+pub enum UploadError {
+    #[error("building a {what}: {source}")]
+    Task {
+        what: &'static str,
+        source: tokio::task::JoinError,
+    },
+    #[error("reading {what} to tier: {source}")]
+    Read {
+        what: &'static str,
+        source: runnel_log::LogError,
+    },
+    #[error("a chunk's footer exceeds 4 GiB")]
+    FooterTooLarge,
+    #[error("uploading {path}: {source}")]
+    Put { path: String, source: TierError },
+    #[error("a tiering command was answered {0:?}")]
+    Unexpected(Box<Applied>),
+    #[error("deleting refused object {path}: {source}")]
+    DeleteRefused { path: String, source: TierError },
+    #[error("proposing the reference of {path}: {source}")]
+    Propose { path: String, source: EngineError },
+}
 
 /// Runs the tierer over `groups` until aborted.
 pub(crate) async fn run<G: MaintainedGroup + ?Sized>(
@@ -134,7 +162,7 @@ pub(crate) async fn pass<G: MaintainedGroup + ?Sized>(
     group: &G,
     tiering: &Arc<Tiering>,
     log: &Arc<Log>,
-) -> Result<Passed, String> {
+) -> Result<Passed, UploadError> {
     let config = &tiering.config;
     let term = group.term();
     let head = log.durable_position();
@@ -157,7 +185,7 @@ pub(crate) async fn pass<G: MaintainedGroup + ?Sized>(
     let uploads = futures::stream::iter(work)
         .map(|w| upload_chunk(group, tiering, log, term, w))
         .buffer_unordered(config.upload_concurrency.max(1));
-    let outcomes: Vec<Result<u64, String>> = uploads.collect().await;
+    let outcomes: Vec<Result<u64, UploadError>> = uploads.collect().await;
     for outcome in outcomes {
         match outcome {
             Ok(bytes) => tiered += bytes,
@@ -188,7 +216,7 @@ async fn upload_chunk<G: MaintainedGroup + ?Sized>(
     log: &Arc<Log>,
     term: u64,
     work: TierWork,
-) -> Result<u64, String> {
+) -> Result<u64, UploadError> {
     failpoint("tier-before-put");
     let block = tiering.config.block_bytes;
     let (stream, start, end) = (work.stream, work.start, work.end);
@@ -203,8 +231,14 @@ async fn upload_chunk<G: MaintainedGroup + ?Sized>(
         Ok::<_, runnel_log::LogError>((builder.finish(), work))
     })
     .await
-    .map_err(|e| format!("building a chunk: {e}"))?
-    .map_err(|e| format!("reading hot bytes to tier: {e}"))?;
+    .map_err(|source| UploadError::Task {
+        what: "chunk",
+        source,
+    })?
+    .map_err(|source| UploadError::Read {
+        what: "hot bytes",
+        source,
+    })?;
     let (built, work) = built;
     let writer = Writer::fresh(term, tiering.node_id);
     let id = ObjectId {
@@ -253,7 +287,7 @@ async fn upload_snapshot<G: MaintainedGroup + ?Sized>(
     log: &Arc<Log>,
     term: u64,
     work: SnapshotWork,
-) -> Result<(), String> {
+) -> Result<(), UploadError> {
     let block = tiering.config.block_bytes;
     let log = Arc::clone(log);
     let (loc, len) = (work.loc, work.len);
@@ -263,8 +297,14 @@ async fn upload_snapshot<G: MaintainedGroup + ?Sized>(
         Ok::<_, runnel_log::LogError>(builder.finish())
     })
     .await
-    .map_err(|e| format!("building a snapshot object: {e}"))?
-    .map_err(|e| format!("reading a snapshot to tier: {e}"))?;
+    .map_err(|source| UploadError::Task {
+        what: "snapshot object",
+        source,
+    })?
+    .map_err(|source| UploadError::Read {
+        what: "a snapshot",
+        source,
+    })?;
     let writer = Writer::fresh(term, tiering.node_id);
     let id = ObjectId {
         group: group.index(),
@@ -303,14 +343,14 @@ async fn upload_snapshot<G: MaintainedGroup + ?Sized>(
 }
 
 /// Bytes of a built object after its blocks.
-fn footer_len(built: &runnel_tier::BuiltChunk) -> Result<u32, String> {
+fn footer_len(built: &runnel_tier::BuiltChunk) -> Result<u32, UploadError> {
     u32::try_from(built.bytes.len() as u64 - built.footer_pos)
-        .map_err(|_| "a chunk's footer exceeds 4 GiB".to_string())
+        .map_err(|_| UploadError::FooterTooLarge)
 }
 
 /// Uploads a new object. An `AlreadyExists` answer for an object of the
 /// right size is this upload's own first attempt, retried by the client.
-async fn put(tiering: &Tiering, id: &ObjectId, bytes: Bytes) -> Result<(), String> {
+async fn put(tiering: &Tiering, id: &ObjectId, bytes: Bytes) -> Result<(), UploadError> {
     let path = id.path();
     let len = bytes.len() as u64;
     match tiering
@@ -325,9 +365,15 @@ async fn put(tiering: &Tiering, id: &ObjectId, bytes: Bytes) -> Result<(), Strin
         Ok(()) => Ok(()),
         Err(err @ TierError::AlreadyExists(_)) => match tiering.store.size(&path).await {
             Ok(size) if size == len => Ok(()),
-            _ => Err(format!("uploading {path}: {err}")),
+            _ => Err(UploadError::Put {
+                path: path.to_string(),
+                source: err,
+            }),
         },
-        Err(err) => Err(format!("uploading {path}: {err}")),
+        Err(source) => Err(UploadError::Put {
+            path: path.to_string(),
+            source,
+        }),
     }
 }
 
@@ -338,14 +384,14 @@ async fn commit<G: MaintainedGroup + ?Sized>(
     tiering: &Tiering,
     id: &ObjectId,
     command: Command,
-) -> Result<bool, String> {
+) -> Result<bool, UploadError> {
     let entry = Entry {
         now_ms: now_ms(),
         command,
     };
     match group.submit_entry(entry).await {
         Ok(Applied::Tiered { .. }) => Ok(true),
-        Ok(other) => Err(format!("a tiering command was answered {other:?}")),
+        Ok(other) => Err(UploadError::Unexpected(Box::new(other))),
         Err(EngineError::Core(
             refusal @ (CoreError::TierRefused { .. }
             | CoreError::NotFound
@@ -353,15 +399,19 @@ async fn commit<G: MaintainedGroup + ?Sized>(
         )) => {
             tracing::debug!(object = %id.path(), %refusal, "reference refused; deleting its object");
             tiering.stats.refused.fetch_add(1, Ordering::Relaxed);
-            tiering
-                .store
-                .delete(&id.path())
-                .await
-                .map_err(|e| format!("deleting refused object {}: {e}", id.path()))?;
+            tiering.store.delete(&id.path()).await.map_err(|source| {
+                UploadError::DeleteRefused {
+                    path: id.path().to_string(),
+                    source,
+                }
+            })?;
             Ok(false)
         }
         // Leadership moved, or the outcome is unknown: the object stays
         // for the sweep (it may be referenced after all).
-        Err(err) => Err(format!("proposing the reference of {}: {err}", id.path())),
+        Err(source) => Err(UploadError::Propose {
+            path: id.path().to_string(),
+            source,
+        }),
     }
 }

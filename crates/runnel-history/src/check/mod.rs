@@ -244,7 +244,7 @@ fn check_stream(
 ) {
     let (placed, damage) = parse_prefix(bytes);
     if let Some(damage) = damage {
-        findings.add("final contents", damage);
+        findings.add("final contents", damage.to_string());
     }
     let sent: HashMap<(u32, u64), &AppendOp> =
         appends.iter().map(|a| ((a.writer, a.seq), *a)).collect();

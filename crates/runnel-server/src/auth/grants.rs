@@ -59,6 +59,15 @@ pub struct GrantSpec {
     pub allow: Vec<String>,
 }
 
+/// Why a grant's spec is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GrantError {
+    #[error("unknown operation {0:?} (known: read, append, create, delete, admin, subscribe)")]
+    UnknownOperation(String),
+    #[error("the grant on {0:?} allows nothing")]
+    AllowsNothing(String),
+}
+
 /// Operations on the streams under one prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Grant {
@@ -74,20 +83,16 @@ impl Grant {
         }
     }
 
-    pub fn parse(spec: &GrantSpec) -> Result<Grant, String> {
+    pub fn parse(spec: &GrantSpec) -> Result<Grant, GrantError> {
         let ops = spec
             .allow
             .iter()
             .map(|name| {
-                Operation::parse(name).ok_or_else(|| {
-                    format!(
-                        "unknown operation {name:?} (known: read, append, create, delete, admin, subscribe)"
-                    )
-                })
+                Operation::parse(name).ok_or_else(|| GrantError::UnknownOperation(name.clone()))
             })
             .collect::<Result<Vec<_>, _>>()?;
         if ops.is_empty() {
-            return Err(format!("the grant on {:?} allows nothing", spec.prefix));
+            return Err(GrantError::AllowsNothing(spec.prefix.clone()));
         }
         Ok(Grant::new(spec.prefix.clone(), &ops))
     }
@@ -126,7 +131,7 @@ impl Grant {
 pub struct Grants(Vec<Grant>);
 
 impl Grants {
-    pub fn parse(specs: &[GrantSpec]) -> Result<Grants, String> {
+    pub fn parse(specs: &[GrantSpec]) -> Result<Grants, GrantError> {
         specs
             .iter()
             .map(Grant::parse)
@@ -225,7 +230,8 @@ mod tests {
         assert!(parsed.allows(Operation::Append, "p/x"));
         assert_eq!(parsed.specs(), vec![spec(&["read", "append"])]);
         let err = Grants::parse(&[spec(&["write"])]).unwrap_err();
-        assert!(err.contains("\"write\""), "{err}");
+        assert_eq!(err, GrantError::UnknownOperation("write".into()));
+        assert!(err.to_string().contains("\"write\""), "{err}");
         assert!(Grants::parse(&[spec(&[])]).is_err());
     }
 

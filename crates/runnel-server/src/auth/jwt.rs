@@ -15,7 +15,7 @@ use base64::Engine;
 use ring::{hmac, signature};
 use serde::Deserialize;
 
-use super::grants::{GrantSpec, Grants};
+use super::grants::{GrantError, GrantSpec, Grants};
 
 /// The `[jwt]` section of the auth file.
 #[derive(Debug, Deserialize)]
@@ -152,13 +152,69 @@ enum Audience {
     Many(Vec<String>),
 }
 
+/// Why the `[jwt]` section of the auth file cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JwtConfigError {
+    #[error("jwt.hs256_secret must be at least 32 bytes")]
+    ShortSecret,
+    #[error("jwt.jwks_file {path}: {source}")]
+    ReadJwks {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("jwt.jwks_file {path}: {source}")]
+    Jwks { path: PathBuf, source: JwksError },
+    #[error("the [jwt] section needs hs256_secret or jwks_file")]
+    NoKeys,
+}
+
+/// Why a JWK set cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum JwksError {
+    #[error("not a JWK set: {0}")]
+    NotASet(serde_json::Error),
+    #[error("a key lacks {0}")]
+    Missing(&'static str),
+    #[error("a key's {0} is not base64url")]
+    NotBase64(&'static str),
+    #[error("unsupported key type {kty} {crv} (RSA, EC P-256 and OKP Ed25519 are)")]
+    Unsupported { kty: String, crv: String },
+}
+
+/// Why a token is refused (the client is told, after "invalid token: ").
+#[derive(Debug, thiserror::Error)]
+pub enum TokenError {
+    #[error("not a compact JWT")]
+    NotCompact,
+    #[error("a token part is not base64url")]
+    NotBase64,
+    #[error("a token part is not the expected JSON: {0}")]
+    NotJson(serde_json::Error),
+    #[error("the signature is not base64url")]
+    SignatureNotBase64,
+    #[error("no configured {0} key verifies the signature")]
+    BadSignature(String),
+    #[error("the token has no exp")]
+    NoExpiry,
+    #[error("the token has expired")]
+    Expired,
+    #[error("the token is not valid yet (nbf)")]
+    NotYetValid,
+    #[error("the token's issuer (iss) is not the configured one")]
+    WrongIssuer,
+    #[error("the token's audience (aud) is not this server")]
+    WrongAudience,
+    #[error("the token has no grants claim")]
+    NoGrants,
+    #[error("the token's grants: {0}")]
+    Grants(GrantError),
+}
+
 impl JwtVerifier {
-    pub fn new(config: &JwtConfig) -> Result<JwtVerifier, String> {
+    pub fn new(config: &JwtConfig) -> Result<JwtVerifier, JwtConfigError> {
         let mut keys = Vec::new();
         let signing = match &config.hs256_secret {
-            Some(secret) if secret.len() < 32 => {
-                return Err("jwt.hs256_secret must be at least 32 bytes".into())
-            }
+            Some(secret) if secret.len() < 32 => return Err(JwtConfigError::ShortSecret),
             Some(secret) => {
                 let key = hmac::Key::new(hmac::HMAC_SHA256, secret.as_bytes());
                 keys.push(VerifyingKey::Hmac(key.clone()));
@@ -167,14 +223,18 @@ impl JwtVerifier {
             None => None,
         };
         if let Some(path) = &config.jwks_file {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| format!("jwt.jwks_file {}: {e}", path.display()))?;
-            keys.extend(
-                parse_jwks(&text).map_err(|e| format!("jwt.jwks_file {}: {e}", path.display()))?,
-            );
+            let text =
+                std::fs::read_to_string(path).map_err(|source| JwtConfigError::ReadJwks {
+                    path: path.clone(),
+                    source,
+                })?;
+            keys.extend(parse_jwks(&text).map_err(|source| JwtConfigError::Jwks {
+                path: path.clone(),
+                source,
+            })?);
         }
         if keys.is_empty() {
-            return Err("the [jwt] section needs hs256_secret or jwks_file".into());
+            return Err(JwtConfigError::NoKeys);
         }
         Ok(JwtVerifier {
             keys,
@@ -188,17 +248,17 @@ impl JwtVerifier {
 
     /// The claims of `token` if its signature, times, issuer and audience
     /// hold at `now` (seconds since the epoch).
-    pub fn verify(&self, token: &str, now: u64) -> Result<Claims, String> {
+    pub fn verify(&self, token: &str, now: u64) -> Result<Claims, TokenError> {
         let mut parts = token.split('.');
         let (Some(header), Some(payload), Some(sig), None) =
             (parts.next(), parts.next(), parts.next(), parts.next())
         else {
-            return Err("not a compact JWT".into());
+            return Err(TokenError::NotCompact);
         };
         let header: Header = decode_json(header)?;
         let sig = URL_SAFE_NO_PAD
             .decode(sig)
-            .map_err(|_| "the signature is not base64url")?;
+            .map_err(|_| TokenError::SignatureNotBase64)?;
         let signed = &token[..header_and_payload_len(token)];
         let mut candidates = self.keys.iter().filter(|key| key.alg() == header.alg);
         let verified = match header.kid.as_deref() {
@@ -208,25 +268,22 @@ impl JwtVerifier {
             None => candidates.any(|key| key.verify(signed.as_bytes(), &sig)),
         };
         if !verified {
-            return Err(format!(
-                "no configured {} key verifies the signature",
-                header.alg
-            ));
+            return Err(TokenError::BadSignature(header.alg));
         }
         let payload: Payload = decode_json(payload)?;
-        let exp = payload.exp.ok_or("the token has no exp")?;
+        let exp = payload.exp.ok_or(TokenError::NoExpiry)?;
         if !exp.is_finite() || exp + (self.leeway_secs as f64) <= now as f64 {
-            return Err("the token has expired".into());
+            return Err(TokenError::Expired);
         }
         if payload
             .nbf
             .is_some_and(|nbf| nbf > (now + self.leeway_secs) as f64)
         {
-            return Err("the token is not valid yet (nbf)".into());
+            return Err(TokenError::NotYetValid);
         }
         if let Some(issuer) = &self.issuer {
             if payload.iss.as_deref() != Some(issuer) {
-                return Err("the token's issuer (iss) is not the configured one".into());
+                return Err(TokenError::WrongIssuer);
             }
         }
         if let Some(audience) = &self.audience {
@@ -236,11 +293,11 @@ impl JwtVerifier {
                 None => false,
             };
             if !ok {
-                return Err("the token's audience (aud) is not this server".into());
+                return Err(TokenError::WrongAudience);
             }
         }
-        let grants = Grants::parse(&payload.grants.ok_or("the token has no grants claim")?)
-            .map_err(|e| format!("the token's grants: {e}"))?;
+        let grants = Grants::parse(&payload.grants.ok_or(TokenError::NoGrants)?)
+            .map_err(TokenError::Grants)?;
         Ok(Claims {
             subject: payload.sub,
             expires_at: exp as u64,
@@ -295,12 +352,11 @@ fn header_and_payload_len(token: &str) -> usize {
     token.rfind('.').unwrap_or(token.len())
 }
 
-fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, String> {
+fn decode_json<T: serde::de::DeserializeOwned>(part: &str) -> Result<T, TokenError> {
     let bytes = URL_SAFE_NO_PAD
         .decode(part)
-        .map_err(|_| "a token part is not base64url")?;
-    serde_json::from_slice(&bytes)
-        .map_err(|e| format!("a token part is not the expected JSON: {e}"))
+        .map_err(|_| TokenError::NotBase64)?;
+    serde_json::from_slice(&bytes).map_err(TokenError::NotJson)
 }
 
 #[derive(Deserialize)]
@@ -325,15 +381,13 @@ struct Jwk {
     y: Option<String>,
 }
 
-fn parse_jwks(text: &str) -> Result<Vec<VerifyingKey>, String> {
-    let set: Jwks = serde_json::from_str(text).map_err(|e| format!("not a JWK set: {e}"))?;
-    let part = |value: &Option<String>, what: &str| -> Result<Vec<u8>, String> {
-        let value = value
-            .as_deref()
-            .ok_or_else(|| format!("a key lacks {what}"))?;
+fn parse_jwks(text: &str) -> Result<Vec<VerifyingKey>, JwksError> {
+    let set: Jwks = serde_json::from_str(text).map_err(JwksError::NotASet)?;
+    let part = |value: &Option<String>, what: &'static str| -> Result<Vec<u8>, JwksError> {
+        let value = value.as_deref().ok_or(JwksError::Missing(what))?;
         URL_SAFE_NO_PAD
             .decode(value)
-            .map_err(|_| format!("a key's {what} is not base64url"))
+            .map_err(|_| JwksError::NotBase64(what))
     };
     set.keys
         .iter()
@@ -355,10 +409,10 @@ fn parse_jwks(text: &str) -> Result<Vec<VerifyingKey>, String> {
                     kid,
                     x: part(&key.x, "x")?,
                 }),
-                (kty, crv) => Err(format!(
-                    "unsupported key type {kty} {} (RSA, EC P-256 and OKP Ed25519 are)",
-                    crv.unwrap_or("")
-                )),
+                (kty, crv) => Err(JwksError::Unsupported {
+                    kty: kty.to_string(),
+                    crv: crv.unwrap_or("").to_string(),
+                }),
             }
         })
         .collect()

@@ -34,6 +34,8 @@ use std::time::{Duration, Instant};
 use http::{HeaderName, HeaderValue, Method};
 
 pub use grants::Operation;
+pub use jwt::TokenError;
+pub use policy::AuthConfigError;
 use policy::{sha256, Policy, Principal};
 use rate::{RateKey, RateLimiter};
 
@@ -110,7 +112,7 @@ pub struct Auth {
 
 impl Auth {
     /// Access control by the auth file at `path`.
-    pub fn load(path: &Path) -> Result<Auth, String> {
+    pub fn load(path: &Path) -> Result<Auth, AuthConfigError> {
         let policy = Policy::load(path)?;
         Ok(Auth::new(policy, Some(path.to_path_buf())))
     }
@@ -135,7 +137,7 @@ impl Auth {
 
     /// Reads the auth file again; on any error the policy in force stays
     /// and the error says why.
-    pub fn reload(&self) -> Result<(), String> {
+    pub fn reload(&self) -> Result<(), AuthConfigError> {
         let Some(path) = &self.path else {
             return Ok(());
         };

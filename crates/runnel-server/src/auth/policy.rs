@@ -24,15 +24,15 @@
 //! ```
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::grants::{GrantSpec, Grants};
-use super::jwt::{JwtConfig, JwtVerifier};
-use super::rate::RateSpec;
+use super::grants::{GrantError, GrantSpec, Grants};
+use super::jwt::{JwtConfig, JwtConfigError, JwtVerifier};
+use super::rate::{RateLimitError, RateSpec};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -94,22 +94,67 @@ pub struct Policy {
     pub rate_limits: RateLimits,
 }
 
+/// Why the auth file cannot be used (at start, the server does not
+/// start; on a reload, the policy in force stays).
+#[derive(Debug, thiserror::Error)]
+pub enum AuthConfigError {
+    #[error("auth file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("auth file {path}: {source}")]
+    Invalid { path: PathBuf, source: PolicyError },
+}
+
+/// What is wrong in an auth file's text.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    #[error(transparent)]
+    Toml(#[from] toml::de::Error),
+    #[error("tokens[{0}].sha256 is not 64 hex digits")]
+    TokenHash(usize),
+    #[error("tokens[{n}]: {source}")]
+    TokenGrants { n: usize, source: GrantError },
+    #[error("tokens[{n}]: {source}")]
+    TokenRate { n: usize, source: RateLimitError },
+    #[error("tokens[{0}] repeats another token's sha256")]
+    RepeatedToken(usize),
+    #[error(transparent)]
+    RateLimit(#[from] RateLimitError),
+    #[error("cluster_key must be at least 32 bytes")]
+    ShortClusterKey,
+    #[error("cluster_key must be printable ASCII")]
+    ClusterKeyNotAscii,
+    #[error("anonymous_grants: {0}")]
+    AnonymousGrants(GrantError),
+    #[error(transparent)]
+    Jwt(#[from] JwtConfigError),
+}
+
 impl Policy {
-    pub fn load(path: &Path) -> Result<Policy, String> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("auth file {}: {e}", path.display()))?;
-        Policy::parse(&text).map_err(|e| format!("auth file {}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Policy, AuthConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| AuthConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Policy::parse(&text).map_err(|source| AuthConfigError::Invalid {
+            path: path.to_path_buf(),
+            source,
+        })
     }
 
-    pub fn parse(text: &str) -> Result<Policy, String> {
-        let file: AuthFile = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Policy, PolicyError> {
+        let file: AuthFile = toml::from_str(text)?;
         let mut tokens = HashMap::new();
         for (n, entry) in file.tokens.iter().enumerate() {
-            let hash = parse_sha256(&entry.sha256)
-                .ok_or_else(|| format!("tokens[{n}].sha256 is not 64 hex digits"))?;
-            let grants = Grants::parse(&entry.grants).map_err(|e| format!("tokens[{n}]: {e}"))?;
+            let hash = parse_sha256(&entry.sha256).ok_or(PolicyError::TokenHash(n))?;
+            let grants = Grants::parse(&entry.grants)
+                .map_err(|source| PolicyError::TokenGrants { n, source })?;
             if let Some(limit) = &entry.rate_limit {
-                limit.validate().map_err(|e| format!("tokens[{n}]: {e}"))?;
+                limit
+                    .validate()
+                    .map_err(|source| PolicyError::TokenRate { n, source })?;
             }
             let name = entry
                 .name
@@ -122,7 +167,7 @@ impl Policy {
                 expires_at: None,
             };
             if tokens.insert(hash, Arc::new(principal)).is_some() {
-                return Err(format!("tokens[{n}] repeats another token's sha256"));
+                return Err(PolicyError::RepeatedToken(n));
             }
         }
         for limit in [&file.rate_limits.per_token, &file.rate_limits.per_ip]
@@ -132,12 +177,9 @@ impl Policy {
             limit.validate()?;
         }
         let cluster_key = match file.cluster_key {
-            Some(key) if key.len() < 32 => {
-                return Err("cluster_key must be at least 32 bytes".into())
-            }
+            Some(key) if key.len() < 32 => return Err(PolicyError::ShortClusterKey),
             Some(key) => Some(
-                http::HeaderValue::from_str(&key)
-                    .map_err(|_| "cluster_key must be printable ASCII")?,
+                http::HeaderValue::from_str(&key).map_err(|_| PolicyError::ClusterKeyNotAscii)?,
             ),
             None => None,
         };
@@ -146,7 +188,7 @@ impl Policy {
             anonymous: Arc::new(Principal {
                 name: "anonymous".into(),
                 grants: Grants::parse(&file.anonymous_grants)
-                    .map_err(|e| format!("anonymous_grants: {e}"))?,
+                    .map_err(PolicyError::AnonymousGrants)?,
                 rate_limit: None,
                 expires_at: None,
             }),
@@ -245,7 +287,8 @@ mod tests {
         ] {
             let err = Policy::parse(&text)
                 .err()
-                .unwrap_or_else(|| panic!("{text}"));
+                .unwrap_or_else(|| panic!("{text}"))
+                .to_string();
             assert!(err.contains(expected), "{text}: {err}");
         }
     }

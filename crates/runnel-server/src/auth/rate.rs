@@ -26,14 +26,17 @@ pub struct RateSpec {
     pub burst: Option<f64>,
 }
 
+/// A rate limit that limits nothing, or everything.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("a rate limit needs requests_per_sec > 0 and burst >= 1 (got {0:?})")]
+pub struct RateLimitError(pub RateSpec);
+
 impl RateSpec {
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), RateLimitError> {
         let rate_ok = self.requests_per_sec.is_finite() && self.requests_per_sec > 0.0;
         let burst_ok = self.burst.is_none_or(|b| b.is_finite() && b >= 1.0);
         if !(rate_ok && burst_ok) {
-            return Err(format!(
-                "a rate limit needs requests_per_sec > 0 and burst >= 1 (got {self:?})"
-            ));
+            return Err(RateLimitError(*self));
         }
         Ok(())
     }

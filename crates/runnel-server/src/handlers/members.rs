@@ -15,7 +15,8 @@ use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
 use http::Method;
 use runnel_engine::cluster::membership::MemberChange;
-use runnel_engine::Route;
+use runnel_engine::error::MembershipError;
+use runnel_engine::{ClusterOps, EngineError, Route};
 
 use crate::error::ApiError;
 use crate::headers::{percent_decode, strict_integer};
@@ -24,18 +25,24 @@ use crate::AppState;
 pub const PREFIX: &str = "/_runnel/cluster/groups/";
 
 pub async fn change(app: AppState, request: Request) -> Response {
-    match parse(&app, &request) {
-        Ok((group, change)) => match app.node.group_route(group) {
-            Route::Local => apply(&app, group, change)
-                .await
-                .unwrap_or_else(IntoResponse::into_response),
-            Route::Forward { node, addr } => super::forward(&app, node, &addr, request).await,
-            Route::NoLeader => {
-                ApiError::Unavailable(format!("group {group} has no leader at the moment; retry"))
-                    .into_response()
-            }
-        },
-        Err(e) => e.into_response(),
+    let (group, change) = match parse(&app, &request) {
+        Ok(parsed) => parsed,
+        Err(e) => return e.into_response(),
+    };
+    // A single node has no membership to change.
+    let Some(cluster) = app.node.cluster() else {
+        return ApiError::from(EngineError::Membership(MembershipError::SingleNode))
+            .into_response();
+    };
+    match cluster.group_route(group) {
+        Route::Local => apply(cluster, group, change)
+            .await
+            .unwrap_or_else(IntoResponse::into_response),
+        Route::Forward { node, addr } => super::forward(&app, node, &addr, request).await,
+        Route::NoLeader => {
+            ApiError::Unavailable(format!("group {group} has no leader at the moment; retry"))
+                .into_response()
+        }
     }
 }
 
@@ -129,8 +136,12 @@ fn parse_leaders(value: &str) -> Result<Vec<(u32, u64)>, ApiError> {
         .collect()
 }
 
-async fn apply(app: &AppState, group: u32, change: MemberChange) -> Result<Response, ApiError> {
-    let report = app.node.change_member(group, change).await?;
+async fn apply(
+    cluster: &dyn ClusterOps,
+    group: u32,
+    change: MemberChange,
+) -> Result<Response, ApiError> {
+    let report = cluster.change_member(group, change).await?;
     let body = serde_json::to_vec(&report).unwrap_or_default();
     Ok(([(http::header::CONTENT_TYPE, "application/json")], body).into_response())
 }

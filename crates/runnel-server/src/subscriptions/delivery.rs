@@ -567,7 +567,7 @@ async fn post(app: AppState, sub: Subscription, attempt: u32) {
             None
         }
         Ok(answer) => Some(format!("the webhook answered {}", answer.status)),
-        Err(e) => Some(e),
+        Err(e) => Some(e.to_string()),
     };
     if let Some(reason) = failure {
         let attempt = attempt + 1;
@@ -615,7 +615,7 @@ pub async fn announce(app: &AppState, sub: &Subscription) -> bool {
     let data = Bytes::from(event.to_string());
     // A wake stream is the application's to create: without one the wake
     // stays in flight for claims, and is not announced again.
-    let missing = || -> Result<(), String> {
+    let missing = || -> Result<(), WakeError> {
         tracing::warn!(subscription = %sub.id, %wake_stream, "the wake stream does not exist");
         Ok(())
     };
@@ -624,7 +624,7 @@ pub async fn announce(app: &AppState, sub: &Subscription) -> bool {
             match super::super::handlers::append_json(app, wake_stream.clone(), data).await {
                 Ok(()) => Ok(()),
                 Err(ApiError::Engine(EngineError::Core(CoreError::NotFound))) => missing(),
-                Err(e) => Err(format!("{e:?}")),
+                Err(e) => Err(WakeError::Append(e)),
             }
         }
         Route::Forward { node, addr } => {
@@ -640,10 +640,10 @@ pub async fn announce(app: &AppState, sub: &Subscription) -> bool {
             match response.status() {
                 status if status.is_success() => Ok(()),
                 http::StatusCode::NOT_FOUND => missing(),
-                status => Err(format!("the wake stream's leader answered {status}")),
+                status => Err(WakeError::LeaderAnswered(status)),
             }
         }
-        Route::NoLeader => Err("the wake stream's group has no leader".into()),
+        Route::NoLeader => Err(WakeError::NoLeader),
     };
     if let Err(reason) = appended {
         tracing::warn!(subscription = %sub.id, %reason, "wake event not appended; will retry");
@@ -655,6 +655,17 @@ pub async fn announce(app: &AppState, sub: &Subscription) -> bool {
         .expect("announced lock")
         .insert(sub.id.clone(), wake.generation);
     true
+}
+
+/// Why a wake event was not appended to its stream (it is tried again).
+#[derive(Debug, thiserror::Error)]
+enum WakeError {
+    #[error("{0:?}")]
+    Append(ApiError),
+    #[error("the wake stream's leader answered {0}")]
+    LeaderAnswered(http::StatusCode),
+    #[error("the wake stream's group has no leader")]
+    NoLeader,
 }
 
 /// Percent-encodes what a path segment may not hold.

@@ -225,7 +225,8 @@ pub(super) async fn signer(app: &AppState) -> Result<Arc<keys::Signer>, ApiError
             return Ok(Arc::clone(signer));
         }
     }
-    let signer = Arc::new(keys::Signer::new(&keys).map_err(ApiError::Unavailable)?);
+    let signer =
+        Arc::new(keys::Signer::new(&keys).map_err(|e| ApiError::Unavailable(e.to_string()))?);
     *cached = Some((keys, Arc::clone(&signer)));
     Ok(signer)
 }

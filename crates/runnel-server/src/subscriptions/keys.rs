@@ -36,10 +36,14 @@ pub struct Signer {
     token_key: hmac::Key,
 }
 
+/// The subscription signing key in the control group cannot sign.
+#[derive(Debug, thiserror::Error)]
+#[error("the subscription signing key is unusable: {0}")]
+pub struct UnusableKey(ring::error::KeyRejected);
+
 impl Signer {
-    pub fn new(keys: &Keys) -> Result<Signer, String> {
-        let pair = Ed25519KeyPair::from_pkcs8(&keys.signing_pkcs8)
-            .map_err(|e| format!("the subscription signing key is unusable: {e}"))?;
+    pub fn new(keys: &Keys) -> Result<Signer, UnusableKey> {
+        let pair = Ed25519KeyPair::from_pkcs8(&keys.signing_pkcs8).map_err(UnusableKey)?;
         let public = pair.public_key().as_ref().to_vec();
         let kid = kid_of(&public);
         let mut published = vec![(kid.clone(), public, None)];

@@ -40,6 +40,17 @@ pub struct Answer {
     pub done: bool,
 }
 
+/// Why a webhook delivery failed (it is retried with backoff).
+#[derive(Debug, thiserror::Error)]
+pub enum WebhookError {
+    #[error("webhook request: {0}")]
+    Request(http::Error),
+    #[error("webhook POST failed: {0}")]
+    Post(hyper_util::client::legacy::Error),
+    #[error("webhook did not answer within {0:?}")]
+    Timeout(Duration),
+}
+
 impl WebhookClient {
     pub fn new(policy: &UrlPolicy, timeout: Duration) -> WebhookClient {
         let resolver = PublicResolver {
@@ -74,20 +85,20 @@ impl WebhookClient {
         url: &str,
         body: Vec<u8>,
         signature: &str,
-    ) -> Result<Answer, String> {
+    ) -> Result<Answer, WebhookError> {
         let request = Request::builder()
             .method(Method::POST)
             .uri(url)
             .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
             .header("webhook-signature", signature)
             .body(Body::from(body))
-            .map_err(|e| format!("webhook request: {e}"))?;
+            .map_err(WebhookError::Request)?;
         let exchange = async {
             let response = self
                 .client
                 .request(request)
                 .await
-                .map_err(|e| format!("webhook POST failed: {e}"))?;
+                .map_err(WebhookError::Post)?;
             let status = response.status();
             let limited = http_body_util::Limited::new(response.into_body(), MAX_ANSWER_BYTES);
             let answer = limited
@@ -101,7 +112,7 @@ impl WebhookClient {
         };
         tokio::time::timeout(self.timeout, exchange)
             .await
-            .map_err(|_| format!("webhook did not answer within {:?}", self.timeout))?
+            .map_err(|_| WebhookError::Timeout(self.timeout))?
     }
 }
 

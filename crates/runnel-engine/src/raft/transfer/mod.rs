@@ -43,7 +43,7 @@ use tokio::time::Instant;
 use super::group::RaftGroup;
 use super::transport::PeerQueries;
 use super::{NodeId, Raft};
-use crate::MaintainedGroup;
+pub use crate::error::TransferError;
 
 /// Roles in a transfer, sent to the other nodes (the body of a
 /// `KIND_HANDOFF` request).
@@ -71,22 +71,28 @@ pub(crate) async fn transfer(
     to: NodeId,
     reachable: &BTreeSet<NodeId>,
     peers: &dyn PeerQueries,
-) -> Result<(), String> {
+) -> Result<(), TransferError> {
     let index = group.index();
     let raft = group.raft();
     if !follower_within(group, to, NEARLY_CAUGHT_UP) {
-        return Err(format!("node {to} has not caught up with group {index}"));
+        return Err(TransferError::Behind {
+            node: to,
+            group: index,
+        });
     }
     let lease = Duration::from_millis(raft.config().election_timeout_max) + LEASE_MARGIN;
     let leader_grants = own_lease_over(&raft, lease).await;
     let plan = {
         let metrics = raft.metrics().borrow().clone();
         if metrics.current_leader != Some(me) {
-            return Err(format!("node {me} does not lead group {index}"));
+            return Err(TransferError::NotLeading {
+                node: me,
+                group: index,
+            });
         }
         let membership = metrics.membership_config.membership();
         if super::group::is_joint(membership) {
-            return Err(format!("group {index} is changing its membership"));
+            return Err(TransferError::Changing { group: index });
         }
         let voters = membership.voter_ids().collect();
         let replication = metrics.replication.unwrap_or_default();
@@ -97,8 +103,12 @@ pub(crate) async fn transfer(
                 .flatten()
                 .map_or(0, |l| l.index)
         };
-        plan::plan(&voters, me, to, reachable, leader_grants, matched)
-            .map_err(|reason| format!("group {index}: {reason}"))?
+        plan::plan(&voters, me, to, reachable, leader_grants, matched).map_err(|refusal| {
+            TransferError::NoPlan {
+                group: index,
+                refusal,
+            }
+        })?
     };
     let started = Instant::now();
     let deadline = started + HOLD_FOR - HOLD_SPARE;
@@ -106,7 +116,7 @@ pub(crate) async fn transfer(
         peers
             .handoff(*node, index, HOLD)
             .await
-            .map_err(|reason| format!("node {node} would not hold its election timer: {reason}"))?;
+            .map_err(|error| TransferError::WouldNotHold { node: *node, error })?;
     }
     let _restore = Restore {
         raft: raft.clone(),
@@ -122,10 +132,10 @@ pub(crate) async fn transfer(
         group.muted().mute(plan.mute.iter().copied());
         let left = deadline.saturating_duration_since(Instant::now());
         if !group.muted().wait_idle(&plan.mute, left).await {
-            return Err("requests to the muted followers are still on their way".into());
+            return Err(TransferError::MutedBusy);
         }
         if Instant::now() + lease >= deadline {
-            return Err("no time left for the muted followers' lease to run out".into());
+            return Err(TransferError::NoTimeForLease);
         }
         tokio::time::sleep(lease).await;
     }
@@ -137,10 +147,13 @@ pub(crate) async fn transfer(
     peers
         .handoff(to, index, CAMPAIGN)
         .await
-        .map_err(|reason| format!("node {to} did not campaign: {reason}"))?;
+        .map_err(|error| TransferError::DidNotCampaign { node: to, error })?;
     while group.leader() == Some(me) {
         if Instant::now() >= deadline {
-            return Err(format!("node {to} did not take over group {index}"));
+            return Err(TransferError::NotTakenOver {
+                node: to,
+                group: index,
+            });
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -149,10 +162,11 @@ pub(crate) async fn transfer(
     drop(paused);
     while group.leader() != Some(to) {
         if Instant::now() >= deadline {
-            return Err(format!(
-                "group {index} is led by {:?}, not by node {to}",
-                group.leader()
-            ));
+            return Err(TransferError::LedByAnother {
+                group: index,
+                leader: group.leader(),
+                node: to,
+            });
         }
         tokio::time::sleep(Duration::from_millis(1)).await;
     }
@@ -206,24 +220,25 @@ impl Drop for Restore<'_> {
 async fn pause(
     group: &RaftGroup,
     deadline: Instant,
-) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, String> {
+) -> Result<Option<tokio::sync::SemaphorePermit<'_>>, TransferError> {
     tokio::time::timeout_at(deadline, group.pause_proposals())
         .await
-        .map_err(|_| {
-            format!(
-                "group {}'s batches in flight were not answered in time",
-                group.index()
-            )
+        .map_err(|_| TransferError::BatchesInFlight {
+            group: group.index(),
         })
 }
 
-async fn wait_caught_up(group: &RaftGroup, to: NodeId, deadline: Instant) -> Result<(), String> {
+async fn wait_caught_up(
+    group: &RaftGroup,
+    to: NodeId,
+    deadline: Instant,
+) -> Result<(), TransferError> {
     while !follower_within(group, to, 0) {
         if Instant::now() >= deadline {
-            return Err(format!(
-                "node {to} did not catch up with group {} in time",
-                group.index()
-            ));
+            return Err(TransferError::CatchUpTimeout {
+                node: to,
+                group: group.index(),
+            });
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
     }

@@ -14,6 +14,7 @@
 
 use std::collections::BTreeSet;
 
+pub use crate::error::PlanRefusal;
 use crate::raft::NodeId;
 
 /// How a transfer treats the group's other voters.
@@ -42,12 +43,12 @@ pub fn plan(
     reachable: &BTreeSet<NodeId>,
     leader_grants: bool,
     matched: impl Fn(NodeId) -> u64,
-) -> Result<TransferPlan, String> {
+) -> Result<TransferPlan, PlanRefusal> {
     if to == leader || !voters.contains(&to) || !voters.contains(&leader) {
-        return Err(format!("node {to} is not another voter of the group"));
+        return Err(PlanRefusal::NotAnotherVoter { to });
     }
     if !reachable.contains(&to) {
-        return Err(format!("node {to} cannot be reached"));
+        return Err(PlanRefusal::Unreachable { to });
     }
     let quorum = voters.len() / 2 + 1;
     let mut up: Vec<NodeId> = voters
@@ -59,11 +60,11 @@ pub fn plan(
     // followers.
     let own_votes = 1 + leader_grants as usize;
     if up.len() + own_votes < quorum {
-        return Err(format!(
-            "node {to} could not win an election: {} of the group's {} voters are up",
-            up.len() + 2,
-            voters.len()
-        ));
+        return Err(PlanRefusal::CannotWin {
+            to,
+            up: up.len() + 2,
+            voters: voters.len(),
+        });
     }
     let to_mute = quorum.saturating_sub(own_votes);
     let to_keep = quorum.saturating_sub(2);
@@ -145,7 +146,15 @@ mod tests {
         );
         assert_eq!(p.mute, vec![3, 4]);
         let refused = plan(&set(&[1, 2, 3]), 1, 2, &set(&[2]), false, |_| 0).unwrap_err();
-        assert!(refused.contains("could not win"), "{refused}");
+        assert_eq!(
+            refused,
+            PlanRefusal::CannotWin {
+                to: 2,
+                up: 2,
+                voters: 3
+            }
+        );
+        assert!(refused.to_string().contains("could not win"), "{refused}");
     }
 
     #[test]

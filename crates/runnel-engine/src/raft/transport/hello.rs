@@ -18,10 +18,12 @@
 //! one. A refusal carries the reason; [`RETIRED`] in place of the `ok`
 //! byte tells a node that it was removed from the cluster for good.
 
+use std::sync::Arc;
+
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::{read_frame, request_frame, CONNECT_TIMEOUT, KIND_HELLO};
-use crate::cluster::identity::Identity;
+use super::{read_frame, request_frame, PeerIdentity, CONNECT_TIMEOUT, KIND_HELLO};
+use crate::error::HelloError;
 use crate::raft::NodeId;
 
 /// The answer's status byte for a node removed for good (1 is "ok", 0 a
@@ -40,10 +42,10 @@ pub struct Hello {
 }
 
 impl Hello {
-    fn of(identity: &Identity) -> Hello {
+    fn of(identity: &dyn PeerIdentity) -> Hello {
         Hello {
             node: identity.node_id(),
-            cluster_id: identity.get().map(str::to_string),
+            cluster_id: identity.cluster_id().map(str::to_string),
         }
     }
 
@@ -59,27 +61,24 @@ impl Hello {
 }
 
 /// Decodes a hello, or the answer to one.
-pub(super) fn decode(body: &[u8]) -> Result<Hello, String> {
-    let (&version, rest) = body.split_first().ok_or("an empty hello")?;
+pub(super) fn decode(body: &[u8]) -> Result<Hello, HelloError> {
+    let (&version, rest) = body.split_first().ok_or(HelloError::Empty)?;
     if version == 0 {
-        return Err("a hello of version 0".into());
+        return Err(HelloError::VersionZero);
     }
-    let (node, rest) = rest
-        .split_first_chunk::<8>()
-        .ok_or("a hello without the sender's node id")?;
-    let (&len, rest) = rest.split_first().ok_or("a hello without a cluster id")?;
+    let (node, rest) = rest.split_first_chunk::<8>().ok_or(HelloError::NoNodeId)?;
+    let (&len, rest) = rest.split_first().ok_or(HelloError::NoClusterId)?;
     let (id, later_fields) = rest
         .split_at_checked(len as usize)
-        .ok_or("a hello's cluster id is cut short")?;
+        .ok_or(HelloError::CutShort)?;
     if version == HELLO_VERSION && !later_fields.is_empty() {
-        return Err("a hello with bytes after its fields".into());
+        return Err(HelloError::TrailingBytes);
     }
     let cluster_id = if id.is_empty() {
         None
     } else {
-        let id = std::str::from_utf8(id).map_err(|_| "a hello's cluster id is not UTF-8")?;
-        runnel_core::cluster_meta::validate(id)
-            .map_err(|e| format!("a hello's cluster id: {e}"))?;
+        let id = std::str::from_utf8(id).map_err(|_| HelloError::NotUtf8)?;
+        runnel_core::cluster_meta::validate(id).map_err(HelloError::BadClusterId)?;
         Some(id.to_string())
     };
     Ok(Hello {
@@ -93,10 +92,10 @@ pub(super) fn decode(body: &[u8]) -> Result<Hello, String> {
 pub(super) async fn greet(
     reader: &mut (impl AsyncRead + Unpin),
     writer: &mut (impl AsyncWrite + Unpin),
-    identity: &Identity,
+    identity: &dyn PeerIdentity,
     peer: NodeId,
     addr: &str,
-) -> Result<(), String> {
+) -> Result<(), HelloError> {
     let body = Hello::of(identity).encode();
     let exchange = async {
         writer
@@ -107,25 +106,27 @@ pub(super) async fn greet(
     };
     let frame = tokio::time::timeout(CONNECT_TIMEOUT, exchange)
         .await
-        .map_err(|_| "no answer to the hello".to_string())?
-        .map_err(|e| format!("hello: {e}"))?;
+        .map_err(|_| HelloError::NoAnswer)?
+        .map_err(|e| HelloError::Io(Arc::new(e)))?;
+    let refusal = || HelloError::Refused(String::from_utf8_lossy(&frame[9..]).into_owned());
     match frame.get(8) {
         Some(1) => {
             let answer = decode(&frame[9..])?;
             if answer.node != peer {
-                return Err(format!(
-                    "{addr} is node {}, not node {peer} (was the address given to another node?)",
-                    answer.node
-                ));
+                return Err(HelloError::WrongNode {
+                    addr: addr.to_string(),
+                    found: answer.node,
+                    dialed: peer,
+                });
             }
             identity.admits(answer.cluster_id.as_deref())
         }
         Some(&RETIRED) => {
             identity.mark_removed(addr);
-            Err(format!("refused: {}", String::from_utf8_lossy(&frame[9..])))
+            Err(refusal())
         }
-        Some(_) => Err(format!("refused: {}", String::from_utf8_lossy(&frame[9..]))),
-        None => Err("a short answer to the hello".into()),
+        Some(_) => Err(refusal()),
+        None => Err(HelloError::ShortAnswer),
     }
 }
 
@@ -133,15 +134,14 @@ pub(super) async fn greet(
 /// frame of a connection, which must be a hello from a node of this
 /// cluster that `retired` does not name.
 pub(super) fn answer(
-    identity: &Identity,
+    identity: &dyn PeerIdentity,
     retired: &dyn Fn(NodeId) -> bool,
     first: &[u8],
 ) -> (u8, Vec<u8>) {
-    let refused = |reason: String| (0, reason.into_bytes());
+    // The refusal's text is what the dialer reports.
+    let refused = |reason: HelloError| (0, reason.to_string().into_bytes());
     if first.len() < 13 || first[8] != KIND_HELLO {
-        return refused(
-            "a connection must open with a hello (is the peer an older version?)".into(),
-        );
+        return refused(HelloError::NotAHello);
     }
     let hello = match decode(&first[13..]) {
         Ok(hello) => hello,
@@ -151,10 +151,7 @@ pub(super) fn answer(
         return refused(reason);
     }
     if retired(hello.node) {
-        let reason = format!(
-            "node {} was removed from this cluster for good; it cannot serve again",
-            hello.node
-        );
+        let reason = HelloError::RetiredNode(hello.node).to_string();
         return (RETIRED, reason.into_bytes());
     }
     (1, Hello::of(identity).encode())
@@ -162,58 +159,93 @@ pub(super) fn answer(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
 
     use super::*;
     use crate::raft::transport::{listener::serve_connection, Served};
     use crate::raft::vote_guard::VoteGuard;
 
+    /// A node's identity as the transport sees it, remembering whether a
+    /// peer said it was removed (the cluster's `Identity` marks its data
+    /// directory then: tested in `cluster::identity`).
+    struct Stub {
+        node: NodeId,
+        cluster_id: Option<String>,
+        removed: AtomicBool,
+    }
+
+    impl Stub {
+        fn of(node: NodeId, cluster_id: Option<&str>) -> Arc<Stub> {
+            Arc::new(Stub {
+                node,
+                cluster_id: cluster_id.map(str::to_string),
+                removed: AtomicBool::new(false),
+            })
+        }
+
+        fn removed(&self) -> bool {
+            self.removed.load(Ordering::Relaxed)
+        }
+    }
+
+    impl PeerIdentity for Stub {
+        fn node_id(&self) -> NodeId {
+            self.node
+        }
+
+        fn cluster_id(&self) -> Option<&str> {
+            self.cluster_id.as_deref()
+        }
+
+        fn mark_removed(&self, _by: &str) {
+            self.removed.store(true, Ordering::Relaxed);
+        }
+    }
+
     /// Answers hellos as node 1 of cluster `theirs`, which retired node 9.
     fn listener(theirs: Option<&str>) -> Arc<Served> {
-        Arc::new(Served {
-            rafts: Vec::new(),
-            views: Vec::new(),
-            votes: VoteGuard::new(0),
-            identity: Identity::of(1, theirs, std::path::Path::new("/nonexistent")),
-            retired: Box::new(|node| node == 9),
-        })
+        Arc::new(Served::new(
+            Vec::new(),
+            Vec::new(),
+            VoteGuard::new(0),
+            Stub::of(1, theirs),
+            Box::new(|node| node == 9),
+        ))
     }
 
     /// Greets node 1, a listener of cluster `theirs`, as node `node` of
-    /// `mine`, which keeps its files in `dir`.
+    /// `mine`.
     async fn greet_as(
         node: NodeId,
         mine: Option<&str>,
         theirs: Option<&str>,
-        dir: &std::path::Path,
-    ) -> (Result<(), String>, Arc<Identity>) {
+    ) -> (Result<(), HelloError>, Arc<Stub>) {
         let (near, far) = tokio::io::duplex(1 << 16);
         tokio::spawn(serve_connection(far, listener(theirs)));
         let (mut reader, mut writer) = tokio::io::split(near);
-        let identity = Identity::of(node, mine, dir);
-        let greeted = greet(&mut reader, &mut writer, &identity, 1, "peer:1").await;
+        let identity = Stub::of(node, mine);
+        let greeted = greet(&mut reader, &mut writer, &*identity, 1, "peer:1").await;
         (greeted, identity)
     }
 
     #[tokio::test]
     async fn nodes_of_one_cluster_or_of_none_yet_talk() {
-        let dir = tempfile::tempdir().unwrap();
         for (mine, theirs) in [
             (Some("prod"), Some("prod")),
             (None, Some("prod")),
             (Some("prod"), None),
             (None, None),
         ] {
-            let (greeted, _) = greet_as(2, mine, theirs, dir.path()).await;
-            assert_eq!(greeted, Ok(()), "{mine:?} greeting {theirs:?}");
+            let (greeted, _) = greet_as(2, mine, theirs).await;
+            assert!(greeted.is_ok(), "{mine:?} greeting {theirs:?}: {greeted:?}");
         }
     }
 
     #[tokio::test]
     async fn nodes_of_different_clusters_refuse_each_other() {
-        let dir = tempfile::tempdir().unwrap();
-        let (greeted, identity) = greet_as(2, Some("staging"), Some("prod"), dir.path()).await;
-        let err = greeted.unwrap_err();
+        let (greeted, identity) = greet_as(2, Some("staging"), Some("prod")).await;
+        let err = greeted.unwrap_err().to_string();
         assert!(
             err.contains(
                 "refused: this node belongs to cluster \"prod\", the peer to cluster \"staging\""
@@ -224,19 +256,14 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_retired_node_is_refused_and_marks_its_data_directory() {
-        let dir = tempfile::tempdir().unwrap();
-        let (greeted, identity) = greet_as(9, Some("prod"), Some("prod"), dir.path()).await;
-        let err = greeted.unwrap_err();
+    async fn a_retired_node_is_refused_and_told_so() {
+        let (greeted, identity) = greet_as(9, Some("prod"), Some("prod")).await;
+        let err = greeted.unwrap_err().to_string();
         assert!(
             err.contains("node 9 was removed from this cluster"),
             "{err}"
         );
         assert!(identity.removed());
-        assert!(dir
-            .path()
-            .join(crate::cluster::identity::REMOVED_FILE)
-            .exists());
     }
 
     #[tokio::test]
@@ -244,11 +271,11 @@ mod tests {
         let (near, far) = tokio::io::duplex(1 << 16);
         tokio::spawn(serve_connection(far, listener(Some("prod"))));
         let (mut reader, mut writer) = tokio::io::split(near);
-        let dir = tempfile::tempdir().unwrap();
-        let identity = Identity::of(2, Some("prod"), dir.path());
-        let err = greet(&mut reader, &mut writer, &identity, 3, "peer:1")
+        let identity = Stub::of(2, Some("prod"));
+        let err = greet(&mut reader, &mut writer, &*identity, 3, "peer:1")
             .await
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("peer:1 is node 1, not node 3"), "{err}");
     }
 
@@ -273,7 +300,7 @@ mod tests {
                 node: 3,
                 cluster_id,
             };
-            assert_eq!(decode(&hello.encode()), Ok(hello));
+            assert_eq!(decode(&hello.encode()).unwrap(), hello);
         }
         let raw = |version: u8, id: &[u8], after: &[u8]| {
             let mut body = vec![version];
@@ -284,8 +311,10 @@ mod tests {
             body
         };
         assert_eq!(
-            decode(&raw(2, b"prod", b"later fields")).map(|h| h.cluster_id),
-            Ok(Some("prod".into())),
+            decode(&raw(2, b"prod", b"later fields"))
+                .unwrap()
+                .cluster_id,
+            Some("prod".into()),
             "a later version's extra fields are skipped"
         );
         assert!(decode(&raw(1, b"prod", b"x")).is_err(), "trailing bytes");

@@ -10,11 +10,11 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::{
-    hello, leader_read_index, read_frame, response_frame, status_frame, write_frames, PeerGroup,
-    Served, CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_LIST,
-    KIND_PROBE, KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
+    hello, read_frame, response_frame, status_frame, write_frames, ServeError, Served,
+    CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_LIST, KIND_PROBE,
+    KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
 };
-use crate::raft::vote_guard::REFUSAL;
+use crate::error::HelloError;
 use crate::raft::{NodeId, TypeConfig};
 
 /// Answers the Raft RPCs of every group arriving on `listener`, over
@@ -65,7 +65,7 @@ pub(super) async fn serve_connection(
     let Ok(first) = read_frame(&mut reader).await else {
         return;
     };
-    let (status, body) = hello::answer(&served.identity, &*served.retired, &first);
+    let (status, body) = hello::answer(&*served.identity, &*served.retired, &first);
     if status != 1 {
         let reason = String::from_utf8_lossy(&body).into_owned();
         tracing::warn!(%reason, "raft connection refused");
@@ -90,6 +90,19 @@ pub(super) async fn serve_connection(
     }
 }
 
+/// Why a request frame's body did not decode.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("undecodable raft request: {0}")]
+    Undecodable(#[from] bincode::Error),
+    #[error("a handover request without a role")]
+    NoRole,
+    #[error(transparent)]
+    Hello(#[from] HelloError),
+    #[error("unknown raft request kind {0}")]
+    UnknownKind(u8),
+}
+
 /// A peer's request, decoded from the body of its frame.
 pub enum PeerRequest {
     Append(AppendEntriesRequest<TypeConfig>),
@@ -111,48 +124,37 @@ pub enum PeerRequest {
 /// Decodes the body of a request frame of `kind`: all of it comes from
 /// whoever reached the Raft port, so nothing here may panic or allocate
 /// without bound (fuzzed: `fuzz/fuzz_targets/raft_frame.rs`).
-pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, String> {
-    let bad = |e: bincode::Error| format!("undecodable raft request: {e}");
+pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, RequestError> {
     Ok(match kind {
-        KIND_APPEND => PeerRequest::Append(bincode::deserialize(body).map_err(bad)?),
-        KIND_VOTE => PeerRequest::Vote(bincode::deserialize(body).map_err(bad)?),
-        KIND_SNAPSHOT => PeerRequest::Snapshot(bincode::deserialize(body).map_err(bad)?),
+        KIND_APPEND => PeerRequest::Append(bincode::deserialize(body)?),
+        KIND_VOTE => PeerRequest::Vote(bincode::deserialize(body)?),
+        KIND_SNAPSHOT => PeerRequest::Snapshot(bincode::deserialize(body)?),
         KIND_PROBE => PeerRequest::Probe,
         KIND_READ_INDEX => PeerRequest::ReadIndex,
-        KIND_HANDOFF => {
-            PeerRequest::Handoff(*body.first().ok_or("a handover request without a role")?)
-        }
+        KIND_HANDOFF => PeerRequest::Handoff(*body.first().ok_or(RequestError::NoRole)?),
         KIND_HELLO => PeerRequest::Hello(hello::decode(body)?),
         KIND_LEADER => PeerRequest::Leader,
-        KIND_LIST => PeerRequest::List(bincode::deserialize(body).map_err(bad)?),
-        other => return Err(format!("unknown raft request kind {other}")),
+        KIND_LIST => PeerRequest::List(bincode::deserialize(body)?),
+        other => return Err(RequestError::UnknownKind(other)),
     })
 }
 
-async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, String> {
-    let raft = &served
-        .rafts
-        .get(group as usize)
-        .ok_or_else(|| format!("this node has no group {group}"))?
-        .get();
-    let refuses = || served.votes.refuses(group, raft);
+async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, ServeError> {
+    let raft = served.group_raft(group)?;
     let encoded = match decode_request(kind, body)? {
         PeerRequest::Append(request) => bincode::serialize(&raft.append_entries(request).await),
-        PeerRequest::Vote(_) | PeerRequest::Handoff(_) if refuses() => return Err(REFUSAL.into()),
+        PeerRequest::Vote(_) if served.refuses_vote(group) => return Err(ServeError::VoteHeld),
         PeerRequest::Vote(request) => bincode::serialize(&raft.vote(request).await),
         PeerRequest::Snapshot(request) => bincode::serialize(&raft.install_snapshot(request).await),
-        PeerRequest::Probe => bincode::serialize(&PeerGroup::of(raft).await),
-        PeerRequest::ReadIndex => bincode::serialize(&leader_read_index(raft).await?),
-        PeerRequest::Leader => bincode::serialize(&super::LeaderView::of(raft)),
-        PeerRequest::List(request) => {
-            let view = served.views.get(group as usize).ok_or("no such group")?;
-            bincode::serialize(&super::leader_listing(raft, view, &request).await?)
-        }
+        PeerRequest::Probe => bincode::serialize(&served.probe(group).await?),
+        PeerRequest::ReadIndex => bincode::serialize(&served.read_index(group).await?),
+        PeerRequest::Leader => bincode::serialize(&served.leader_view(group)?),
+        PeerRequest::List(request) => bincode::serialize(&served.list(group, &request).await?),
         PeerRequest::Handoff(role) => {
-            crate::raft::transfer::on_handoff(raft, role);
+            served.handoff(group, role)?;
             bincode::serialize(&())
         }
-        PeerRequest::Hello(_) => return Err("a hello only opens a connection".into()),
+        PeerRequest::Hello(_) => return Err(ServeError::HelloAfterOpen),
     };
-    encoded.map_err(|e| format!("encoding the raft response: {e}"))
+    Ok(encoded?)
 }

@@ -66,7 +66,7 @@ impl GroupNetwork {
         let reply = link
             .call(kind, self.group, &body, option.hard_ttl())
             .await
-            .map_err(unreachable)?;
+            .map_err(|e| unreachable(e.to_string()))?;
         let answer: Result<Resp, E> = bincode::deserialize(&reply)
             .map_err(|e| RPCError::Network(NetworkError::new(&io(e.to_string()))))?;
         answer.map_err(|e| RPCError::RemoteError(RemoteError::new(self.target, e)))

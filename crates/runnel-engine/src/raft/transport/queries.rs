@@ -6,8 +6,12 @@
 
 use runnel_core::listing::Listed;
 
-use super::Transport;
+use super::{ServeError, Transport};
+use crate::api::BoxFuture;
+use crate::clock::now_ms;
+use crate::error::PeerError;
 use crate::raft::{LogId, NodeId, Raft};
+use crate::view::GroupView;
 
 /// Most streams one listing request answers.
 pub const MAX_LISTED: u32 = 10_000;
@@ -36,7 +40,7 @@ pub struct LeaderMembers {
 }
 
 impl LeaderView {
-    pub(crate) fn of(raft: &Raft) -> LeaderView {
+    pub fn of(raft: &Raft) -> LeaderView {
         let metrics = raft.metrics();
         let metrics = metrics.borrow();
         let membership = metrics.membership_config.membership();
@@ -74,29 +78,21 @@ pub(crate) trait PeerQueries: Send + Sync {
         &self,
         leader: NodeId,
         group: u32,
-    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>>;
+    ) -> BoxFuture<'_, Result<Option<u64>, PeerError>>;
 
-    fn leader_view(
-        &self,
-        node: NodeId,
-        group: u32,
-    ) -> crate::BoxFuture<'_, Result<LeaderView, String>>;
+    fn leader_view(&self, node: NodeId, group: u32)
+        -> BoxFuture<'_, Result<LeaderView, PeerError>>;
 
     fn list<'a>(
         &'a self,
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>>;
+    ) -> BoxFuture<'a, Result<Vec<Listed>, PeerError>>;
 
     /// Asks `node` to play `role` in a leadership transfer of `group`
     /// (see [`crate::raft::transfer`]).
-    fn handoff(
-        &self,
-        node: NodeId,
-        group: u32,
-        role: u8,
-    ) -> crate::BoxFuture<'_, Result<(), String>>;
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), PeerError>>;
 }
 
 impl<T: Transport> PeerQueries for T {
@@ -104,7 +100,7 @@ impl<T: Transport> PeerQueries for T {
         &self,
         leader: NodeId,
         group: u32,
-    ) -> crate::BoxFuture<'_, Result<Option<u64>, String>> {
+    ) -> BoxFuture<'_, Result<Option<u64>, PeerError>> {
         Transport::read_index(self, leader, group)
     }
 
@@ -112,7 +108,7 @@ impl<T: Transport> PeerQueries for T {
         &self,
         node: NodeId,
         group: u32,
-    ) -> crate::BoxFuture<'_, Result<LeaderView, String>> {
+    ) -> BoxFuture<'_, Result<LeaderView, PeerError>> {
         Transport::leader_view(self, node, group)
     }
 
@@ -121,16 +117,11 @@ impl<T: Transport> PeerQueries for T {
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> crate::BoxFuture<'a, Result<Vec<Listed>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<Listed>, PeerError>> {
         Transport::list(self, leader, group, request)
     }
 
-    fn handoff(
-        &self,
-        node: NodeId,
-        group: u32,
-        role: u8,
-    ) -> crate::BoxFuture<'_, Result<(), String>> {
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), PeerError>> {
         Transport::handoff(self, node, group, role)
     }
 }
@@ -151,12 +142,12 @@ pub struct ListRequest {
 /// committed entry applied, the page from its state.
 pub(crate) async fn leader_listing(
     raft: &Raft,
-    view: &crate::view::GroupView,
+    view: &GroupView,
     request: &ListRequest,
-) -> Result<Vec<Listed>, String> {
+) -> Result<Vec<Listed>, ServeError> {
     leader_read_index(raft).await?;
     let limit = request.limit.min(MAX_LISTED) as usize;
-    let now = crate::now_ms();
+    let now = now_ms();
     Ok(view.with_state(|s| match &request.names {
         Some(names) => names
             .iter()
@@ -169,9 +160,9 @@ pub(crate) async fn leader_listing(
 
 /// The leader's side of a read index: confirms leadership with a quorum
 /// and answers the index to apply up to.
-pub(crate) async fn leader_read_index(raft: &Raft) -> Result<Option<u64>, String> {
+pub(crate) async fn leader_read_index(raft: &Raft) -> Result<Option<u64>, ServeError> {
     raft.ensure_linearizable()
         .await
         .map(|log_id| log_id.map(|l| l.index))
-        .map_err(|e| e.to_string())
+        .map_err(|e| ServeError::NotConfirmed(Box::new(e)))
 }

@@ -7,7 +7,7 @@
 //! the others keep leading its groups.
 //! So a leader that is not its group's preferred node, once that node has
 //! been (nearly) caught up for two checks in a row, moves the leadership
-//! there with a [`transfer`](super::transfer), which keeps writes
+//! there with a [`transfer`](crate::raft::transfer), which keeps writes
 //! flowing (with an odd number of voters) until one election round.
 //! It happens only when a preferred node comes back, or after a move
 //! changed the group's voters.
@@ -16,10 +16,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::group::RaftGroup;
-use super::transfer::{follower_within, transfer, NEARLY_CAUGHT_UP};
-use super::transport::Transport;
-use super::NodeId;
+use crate::raft::group::RaftGroup;
+use crate::raft::transfer::{follower_within, transfer, NEARLY_CAUGHT_UP};
+use crate::raft::transport::Transport;
+use crate::raft::NodeId;
 
 /// How often leaders look for groups to hand back.
 const CHECK_EVERY: Duration = Duration::from_secs(3);

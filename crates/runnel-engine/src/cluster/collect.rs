@@ -7,7 +7,7 @@
 //! replays on top of the snapshot) or its first live Raft entry (entries
 //! a lagging follower may still be sent). Nothing is collected until every
 //! group has a snapshot file, groups this node dropped its copy of aside
-//! (see [`crate::cluster::hosting`]). openraft purges each group's Raft log up to
+//! (see [`super::hosting`]). openraft purges each group's Raft log up to
 //! its snapshot once built (asynchronously: the segments that frees go at
 //! the next checkpoint).
 
@@ -16,10 +16,37 @@ use std::time::Duration;
 
 use runnel_log::Log;
 
-use super::group::RaftGroup;
-use super::state_machine::GroupShared;
+use super::hosting::Hosting;
 use crate::checkpoint::LiveSet;
-use crate::cluster::hosting::Hosting;
+use crate::copy_forward;
+use crate::raft::group::RaftGroup;
+use crate::raft::snapshot::SnapshotError;
+use crate::raft::state_machine::GroupShared;
+use crate::raft::{self, LogId, NodeId, StorageError};
+use crate::tier::Tiering;
+
+/// Why a cluster checkpoint stopped (the next one tries again).
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    #[error("asking group {group} for a snapshot: {source}")]
+    Trigger {
+        group: u32,
+        source: Box<openraft::error::Fatal<NodeId>>,
+    },
+    #[error("group {0} did not snapshot in time")]
+    SnapshotTimeout(u32),
+    #[error("moving group {group}'s replay point: {source}")]
+    ReplayPoint {
+        group: u32,
+        source: Box<StorageError>,
+    },
+    #[error(transparent)]
+    Task(#[from] tokio::task::JoinError),
+    #[error("collecting segments: {0}")]
+    Collect(runnel_log::LogError),
+    #[error(transparent)]
+    CopyForward(#[from] SnapshotError),
+}
 
 pub struct Collector {
     groups: Vec<Arc<RaftGroup>>,
@@ -56,7 +83,7 @@ impl Collector {
         self: Arc<Self>,
         interval: Duration,
         bytes: u64,
-        tiering: Option<Arc<crate::Tiering>>,
+        tiering: Option<Arc<Tiering>>,
     ) {
         let mut last = (tokio::time::Instant::now(), self.log.durable_position());
         loop {
@@ -84,7 +111,7 @@ impl Collector {
 
     /// Snapshots the groups that moved, then collects segments; returns
     /// the bytes reclaimed.
-    pub async fn checkpoint(&self) -> Result<u64, String> {
+    pub async fn checkpoint(&self) -> Result<u64, CollectError> {
         let mut waiting = Vec::new();
         for (group, shared) in self.groups.iter().zip(&self.shares) {
             if self.dropped(shared) {
@@ -97,7 +124,10 @@ impl Collector {
                     .trigger()
                     .snapshot()
                     .await
-                    .map_err(|e| e.to_string())?;
+                    .map_err(|e| CollectError::Trigger {
+                        group: shared.group,
+                        source: Box::new(e),
+                    })?;
                 waiting.push((shared, applied));
             }
         }
@@ -105,7 +135,7 @@ impl Collector {
         for (shared, applied) in waiting {
             while snapshot_point(shared) < applied {
                 if tokio::time::Instant::now() > deadline {
-                    return Err(format!("group {} did not snapshot in time", shared.group));
+                    return Err(CollectError::SnapshotTimeout(shared.group));
                 }
                 tokio::time::sleep(Duration::from_millis(20)).await;
             }
@@ -114,12 +144,15 @@ impl Collector {
             shared
                 .advance_replay_point()
                 .await
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| CollectError::ReplayPoint {
+                    group: shared.group,
+                    source: Box::new(e),
+                })?;
         }
         self.collect().await
     }
 
-    async fn collect(&self) -> Result<u64, String> {
+    async fn collect(&self) -> Result<u64, CollectError> {
         let mut before = u64::MAX;
         let mut live = Vec::new();
         for shared in &self.shares {
@@ -148,12 +181,11 @@ impl Collector {
         }
         let log = Arc::clone(&self.log);
         let live_set = LiveSet::new(live.iter().flatten().copied().collect());
-        let reclaimed = super::blocking(self.inline_io, move || {
+        let reclaimed = raft::blocking(self.inline_io, move || {
             log.collect_segments(before, |base, end| live_set.touches(base, end))
         })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| format!("collecting segments: {e}"))?;
+        .await?
+        .map_err(CollectError::Collect)?;
         self.copy_forward(before, &live).await?;
         Ok(reclaimed)
     }
@@ -170,9 +202,13 @@ impl Collector {
 
     /// Moves the live bytes of mostly-dead segments forward (see
     /// [`crate::copy_forward`]); the next checkpoint deletes the segments.
-    async fn copy_forward(&self, before: u64, live: &[Vec<(u64, u64)>]) -> Result<(), String> {
+    async fn copy_forward(
+        &self,
+        before: u64,
+        live: &[Vec<(u64, u64)>],
+    ) -> Result<(), CollectError> {
         let live: Vec<&[(u64, u64)]> = live.iter().map(Vec::as_slice).collect();
-        let plan = crate::copy_forward::plan(&self.log.sealed_segments(), before, &live);
+        let plan = copy_forward::plan(&self.log.sealed_segments(), before, &live);
         if plan.moved.segments == 0 {
             return Ok(());
         }
@@ -197,7 +233,7 @@ impl Collector {
     }
 }
 
-fn snapshot_point(shared: &GroupShared) -> Option<super::LogId> {
+fn snapshot_point(shared: &GroupShared) -> Option<LogId> {
     shared
         .persisted
         .lock()

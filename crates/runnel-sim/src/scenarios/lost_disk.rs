@@ -1,5 +1,5 @@
 //! A node that lost its disk must not help elect a leader that lacks an
-//! acknowledged write (see [`crate::raft::vote_guard`]).
+//! acknowledged write (see `runnel_engine::raft::vote_guard`).
 //!
 //! The scenario, in one group: the leader L and the node W acknowledge a
 //! write X while the third node C is cut off, so only L and W hold X. W
@@ -14,40 +14,24 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use runnel_core::{Applied, ReadFrom};
+use runnel_engine::cluster::ClusterNode;
+use runnel_engine::placement::stream_group;
+use runnel_engine::raft::group::RaftGroup;
+use runnel_engine::raft::runtime::seed_thread_rng;
+use runnel_engine::NodeEngine;
 
-use super::{append_text, converge, create_text, run_simulated, seeds, Sim, NODES};
-use crate::cluster::ClusterNode;
-use crate::placement::stream_group;
-use crate::raft::runtime::seed_thread_rng;
-use crate::raft::vote_guard::OwnCopy;
-use crate::NodeEngine;
+use crate::checks::converge;
+use crate::run::{Outcome, Scenario};
+use crate::sim::{Sim, NODES};
+use crate::workload::{append_text, create_text};
 
 const NAME: &str = "lost-disk";
-
-#[test]
-fn sim_a_node_that_lost_its_disk_helps_elect_no_leader_lacking_an_acknowledged_write() {
-    let seeds = seeds();
-    let held = seeds
-        .iter()
-        .filter(|seed| run_simulated(**seed, lost_disk(**seed)))
-        .count();
-    eprintln!(
-        "W held its vote while L was down in {held} of {} seeds",
-        seeds.len()
-    );
-    // Most seeds must exercise the held vote, or the test proves little.
-    assert!(
-        held * 2 >= seeds.len(),
-        "only {held} of {} seeds left W without X while L was down",
-        seeds.len()
-    );
-}
 
 fn node(sim: &Sim, i: usize) -> &Arc<ClusterNode> {
     sim.nodes[i].as_ref().expect("node is running")
 }
 
-fn group(node: &ClusterNode) -> &crate::raft::group::RaftGroup {
+fn group(node: &ClusterNode) -> &RaftGroup {
     &node.groups()[stream_group(NAME, node.groups().len())]
 }
 
@@ -73,13 +57,23 @@ async fn propose(node: &ClusterNode, command: runnel_core::Command) -> Applied {
         .expect("proposal applied")
 }
 
-fn applied(node: &ClusterNode) -> u64 {
-    OwnCopy::of(&group(node).raft()).applied
+/// What a node knows of its own copy of the stream's group: whether it
+/// heard from a leader, and the index it applied up to (what the vote
+/// guard decides by).
+fn own_copy(node: &ClusterNode) -> (bool, u64) {
+    let metrics = group(node).raft().metrics().borrow().clone();
+    let applied = metrics.last_applied.map_or(0, |l| l.index);
+    (metrics.current_leader.is_some(), applied)
 }
 
-/// Runs the scenario; true if W held its vote while L was down (no leader
-/// was elected), false if it caught up from L's last messages first.
-async fn lost_disk(seed: u64) -> bool {
+fn applied(node: &ClusterNode) -> u64 {
+    own_copy(node).1
+}
+
+/// Runs the scenario; its note says whether W held its vote while L was
+/// down (no leader was elected), or caught up from L's last messages
+/// first ([`held_its_vote`] reads it back).
+pub async fn run(seed: u64) -> Outcome {
     seed_thread_rng(seed);
     let mut sim = Sim::new(seed);
     for i in 0..NODES as usize {
@@ -91,26 +85,24 @@ async fn lost_disk(seed: u64) -> bool {
     propose(node(&sim, leader), append_text(NAME, b"a;".to_vec(), None)).await;
 
     // X is acknowledged by L and W alone.
-    sim.net.isolate(cut_off as u64 + 1, true);
+    sim.isolate(cut_off as u64 + 1, true);
     let x = propose(node(&sim, leader), append_text(NAME, b"X;".to_vec(), None)).await;
     assert!(matches!(x, Applied::Appended { .. }), "seed {seed}: {x:?}");
     let target = applied(node(&sim, leader));
 
     // W loses its disk. Slow messages keep it behind for a while after it
     // first hears from L.
-    sim.crash(wiped).await;
-    std::fs::remove_dir_all(sim.dir.path().join(format!("n{}", wiped + 1))).unwrap();
-    sim.net.set_faults(0, 20);
+    sim.wipe(wiped).await;
+    sim.set_faults(0, 20);
     sim.start(wiped).await;
     let mut polls = 0;
     loop {
-        let own = OwnCopy::of(&group(node(&sim, wiped)).raft());
-        if own.heard_leader {
+        let (heard_leader, own_applied) = own_copy(node(&sim, wiped));
+        if heard_leader {
             assert!(
-                own.applied < target,
+                own_applied < target,
                 "seed {seed}: the scenario needs W to hear from L before it holds X \
-                 (it applied {} of {target} already)",
-                own.applied
+                 (it applied {own_applied} of {target} already)"
             );
             break;
         }
@@ -123,7 +115,7 @@ async fn lost_disk(seed: u64) -> bool {
     // still get X from messages L sent before it crashed, and may then
     // lead; otherwise W and C both lack X and must elect no one.
     sim.crash(leader).await;
-    sim.net.isolate(cut_off as u64 + 1, false);
+    sim.isolate(cut_off as u64 + 1, false);
     tokio::time::sleep(Duration::from_secs(5)).await;
     let mut elected = false;
     for i in [wiped, cut_off] {
@@ -159,10 +151,32 @@ async fn lost_disk(seed: u64) -> bool {
             i + 1
         );
     }
-    for i in 0..NODES as usize {
-        sim.crash(i).await;
-    }
-    !elected
+    let outcome = Outcome {
+        scenario: Scenario::LostDisk,
+        seed,
+        trace: sim.trace(),
+        report: None,
+        faults: sim.faults(),
+        changes: sim.changes(),
+        note: Some(if elected {
+            CAUGHT_UP.into()
+        } else {
+            HELD.into()
+        }),
+    };
+    sim.stop_all().await;
+    outcome
+}
+
+/// The notes of a run: W held its vote while L was down, or caught up
+/// from L's last messages first (and may then lead, with X).
+const HELD: &str = "W held its vote while L was down";
+const CAUGHT_UP: &str = "W caught up from L's last messages before L crashed";
+
+/// Whether a lost-disk run's W held its vote while L was down (most seeds
+/// must, or the scenario proves little).
+pub fn held_its_vote(outcome: &Outcome) -> bool {
+    outcome.note.as_deref() == Some(HELD)
 }
 
 async fn read_all(node: &ClusterNode, seed: u64, i: usize) -> Vec<u8> {

@@ -4,7 +4,7 @@
 //! replica removed through [`ClusterNode::change_member`]. A node that a
 //! group no longer has finds out from its peers, drops its copy and
 //! routes that group's requests to the leader
-//! ([`crate::cluster::hosting`]). A random node crashes and restarts after
+//! (`runnel_engine::cluster::hosting`). A random node crashes and restarts after
 //! each step, and each node that dropped a copy restarts once more, so
 //! that it recovers without the copy it dropped. Then group 1 moves back
 //! to node 1 (added again after that restart) and on from node 3 to node
@@ -24,23 +24,21 @@ use openraft::BasicNode;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
+use runnel_engine::raft::runtime::seed_thread_rng;
+use runnel_engine::raft::transport::raft_addr;
+use runnel_engine::raft::NodeId;
+use runnel_engine::{ClusterOps, MemberChange, Route};
+
 use super::membership::{bounce, change_group, changed};
-use super::{at, check, converge, run_every_seed, Sim, Workload, CALM, NODES};
-use crate::cluster::membership::MemberChange;
-use crate::raft::runtime::seed_thread_rng;
-use crate::raft::transport::raft_addr;
-use crate::raft::NodeId;
-use crate::{MaintainedGroup, NodeEngine, Route};
+use crate::checks::{check, converge};
+use crate::run::{Outcome, Scenario};
+use crate::sim::{at, Sim, CALM, NODES};
+use crate::workload::Workload;
 
 /// The node that starts with no group (index; its id is one more).
 const NEWCOMER: usize = NODES as usize;
 
-#[test]
-fn sim_replicas_move_between_nodes_under_load() {
-    run_every_seed(move_replicas);
-}
-
-async fn move_replicas(seed: u64) -> Vec<String> {
+pub async fn run(seed: u64) -> Outcome {
     seed_thread_rng(seed);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x5e91);
     let mut sim = Sim::with_slots(seed, NEWCOMER + 1);
@@ -50,13 +48,13 @@ async fn move_replicas(seed: u64) -> Vec<String> {
     let workload = Workload::start(&sim, seed);
     tokio::time::sleep(Duration::from_millis(rng.gen_range(500..2000))).await;
     let (drop, delay) = (rng.gen_range(0..40), rng.gen_range(1..15));
-    sim.net.set_faults(drop, delay);
+    sim.set_faults(drop, delay);
     sim.note(format!("{} faults drop={drop}/1000 delay<={delay}ms", at()));
 
     // The newcomer holds nothing yet: the clients' requests to it are all
     // forwarded.
     sim.start(NEWCOMER).await;
-    *workload.alive.lock().unwrap() = sim.alive();
+    *workload.alive.lock().expect("alive lock") = sim.alive();
     tokio::time::sleep(Duration::from_millis(rng.gen_range(500..1500))).await;
 
     let newcomer = NEWCOMER as NodeId + 1;
@@ -75,7 +73,7 @@ async fn move_replicas(seed: u64) -> Vec<String> {
         move_replica(&mut sim, &workload, seed, step, &mut rng).await;
     }
 
-    sim.net.set_faults(0, 2);
+    sim.calm();
     tokio::time::sleep(CALM).await;
     let history = workload.finish(&sim).await;
     converge(&sim, seed).await;
@@ -86,12 +84,18 @@ async fn move_replicas(seed: u64) -> Vec<String> {
             .await
             .unwrap_or_else(|e| panic!("seed {seed}: node {}: checkpoint: {e}", node.node_id()));
     }
-    check(&sim, seed, &history).await;
-    let trace = sim.trace.lock().unwrap().clone();
-    for i in 0..=NEWCOMER {
-        sim.crash(i).await;
-    }
-    trace
+    let report = check(&sim, seed, &history).await;
+    let outcome = Outcome {
+        scenario: Scenario::Replicas,
+        seed,
+        trace: sim.trace(),
+        report: Some(report),
+        faults: sim.faults(),
+        changes: sim.changes(),
+        note: None,
+    };
+    sim.stop_all().await;
+    outcome
 }
 
 /// One replica move.

@@ -2,6 +2,10 @@
 //! message leg delayed, dropped or cut off as the seeded fault schedule
 //! says.
 
+// openraft's network traits return its `RPCError` (over 128 bytes); the
+// simulated network answers what they do.
+#![allow(clippy::result_large_err)]
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -17,12 +21,15 @@ use openraft::BasicNode;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use crate::metrics::PeerMetrics;
-use crate::node::OpenError;
-use crate::raft::transport::{LeaderView, ListRequest, PeerGroup, Served, Transport};
-use crate::raft::{NodeId, Raft, TypeConfig};
-use crate::BoxFuture;
 use runnel_core::listing::Listed;
+use runnel_engine::datadir::OpenError;
+use runnel_engine::metrics::PeerMetrics;
+use runnel_engine::raft::transport::{PeerError, ServeError};
+use runnel_engine::raft::{NodeId, Raft, TypeConfig};
+use runnel_engine::sim_support::{
+    LeaderView, ListRequest, PeerGroup, Served, Transport, VOTE_REFUSAL,
+};
+use runnel_engine::BoxFuture;
 
 pub struct SimNet {
     state: Mutex<NetState>,
@@ -91,24 +98,19 @@ impl SimNet {
         Some(Duration::from_micros(state.rng.gen_range(100..=max * 1000)))
     }
 
+    /// What `node` answers its peers with, while it runs.
+    fn served(&self, node: NodeId) -> Option<Arc<Served>> {
+        self.lock().nodes.get(&node).cloned()
+    }
+
     fn raft(&self, node: NodeId, group: u32) -> Option<Raft> {
-        self.lock()
-            .nodes
-            .get(&node)?
-            .rafts
-            .get(group as usize)
-            .map(|slot| slot.get())
+        self.served(node)?.raft(group)
     }
 
     /// Whether `node` would refuse a vote in `group` now (see
-    /// [`crate::raft::vote_guard`]).
+    /// `runnel_engine::raft::vote_guard`).
     fn refuses_vote(&self, node: NodeId, group: u32) -> bool {
-        let served = self.lock().nodes.get(&node).cloned();
-        served.is_some_and(|s| {
-            s.rafts
-                .get(group as usize)
-                .is_some_and(|slot| s.votes.refuses(group, &slot.get()))
-        })
+        self.served(node).is_some_and(|s| s.refuses_vote(group))
     }
 
     /// A request and its answer across the network, within `ttl`.
@@ -154,14 +156,12 @@ pub struct SimTransport {
 }
 
 impl SimTransport {
-    /// `node`'s copy of `group`, if the network lets this node reach it.
-    fn reach(&self, node: NodeId, group: u32) -> Result<Raft, String> {
+    /// What `node` answers with, if the network lets this node reach it.
+    fn reach(&self, node: NodeId) -> Result<Arc<Served>, PeerError> {
         if self.net.leg(self.me, node).is_none() {
-            return Err(format!("node {node} is unreachable"));
+            return Err(PeerError::Unreachable(node));
         }
-        self.net
-            .raft(node, group)
-            .ok_or_else(|| format!("node {node} is down"))
+        self.net.served(node).ok_or(PeerError::Down(node))
     }
 }
 
@@ -203,11 +203,12 @@ impl Transport for SimTransport {
         Box::pin(async { Ok(Vec::new()) })
     }
 
-    fn read_index(&self, leader: NodeId, group: u32) -> BoxFuture<'_, Result<Option<u64>, String>> {
-        Box::pin(async move {
-            let raft = self.reach(leader, group)?;
-            crate::raft::transport::leader_read_index(&raft).await
-        })
+    fn read_index(
+        &self,
+        leader: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<Option<u64>, PeerError>> {
+        Box::pin(async move { self.reach(leader)?.read_index(group).await.map_err(remote) })
     }
 
     fn peer_ids(&self) -> Vec<NodeId> {
@@ -225,39 +226,29 @@ impl Transport for SimTransport {
         leader: NodeId,
         group: u32,
         request: &'a ListRequest,
-    ) -> BoxFuture<'a, Result<Vec<Listed>, String>> {
+    ) -> BoxFuture<'a, Result<Vec<Listed>, PeerError>> {
         Box::pin(async move {
-            let raft = self.reach(leader, group)?;
-            let served = self.net.lock().nodes.get(&leader).cloned();
-            let served = served.ok_or_else(|| format!("node {leader} is down"))?;
-            let view = served.views.get(group as usize).ok_or("no such group")?;
-            crate::raft::transport::leader_listing(&raft, view, request).await
+            self.reach(leader)?
+                .list(group, request)
+                .await
+                .map_err(remote)
         })
     }
 
-    fn leader_view(&self, node: NodeId, group: u32) -> BoxFuture<'_, Result<LeaderView, String>> {
-        Box::pin(async move {
-            let raft = self.reach(node, group)?;
-            Ok(LeaderView::of(&raft))
-        })
+    fn leader_view(
+        &self,
+        node: NodeId,
+        group: u32,
+    ) -> BoxFuture<'_, Result<LeaderView, PeerError>> {
+        Box::pin(async move { self.reach(node)?.leader_view(group).map_err(remote) })
     }
 
-    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), String>> {
-        Box::pin(async move {
-            let raft = self.reach(node, group)?;
-            if self.net.refuses_vote(node, group) {
-                return Err(crate::raft::vote_guard::REFUSAL.into());
-            }
-            crate::raft::transfer::on_handoff(&raft, role);
-            Ok(())
-        })
+    fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), PeerError>> {
+        Box::pin(async move { self.reach(node)?.handoff(group, role).map_err(remote) })
     }
 
     fn probe(&self, node: NodeId, group: u32) -> BoxFuture<'_, Option<PeerGroup>> {
-        Box::pin(async move {
-            let raft = self.reach(node, group).ok()?;
-            Some(PeerGroup::of(&raft).await)
-        })
+        Box::pin(async move { self.reach(node).ok()?.probe(group).await.ok() })
     }
 
     fn probe_peers(&self, group: u32) -> BoxFuture<'_, PeerGroup> {
@@ -268,13 +259,20 @@ impl Transport for SimTransport {
                 if self.net.leg(self.me, peer).is_none() {
                     continue;
                 }
-                if let Some(raft) = self.net.raft(peer, group) {
-                    all = all.any(PeerGroup::of(&raft).await);
+                if let Some(served) = self.net.served(peer) {
+                    if let Ok(copy) = served.probe(group).await {
+                        all = all.any(copy);
+                    }
                 }
             }
             all
         })
     }
+}
+
+/// A peer's refusal as the caller sees it: the text the wire would carry.
+fn remote(refusal: ServeError) -> PeerError {
+    PeerError::Remote(refusal.to_string())
 }
 
 pub struct SimNetworkFactory {
@@ -347,7 +345,7 @@ impl RaftNetwork<TypeConfig> for SimNetwork {
         if self.net.refuses_vote(self.target, self.group) {
             tokio::time::sleep(Duration::from_millis(1)).await;
             return Err(RPCError::Unreachable(Unreachable::new(
-                &std::io::Error::other(crate::raft::vote_guard::REFUSAL),
+                &std::io::Error::other(VOTE_REFUSAL),
             )));
         }
         self.net

@@ -22,25 +22,24 @@ use openraft::BasicNode;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use super::{at, check, converge, run_every_seed, Sim, Workload, CALM, NODES};
-use crate::cluster::membership::{MemberChange, MemberReport};
-use crate::cluster::ClusterNode;
-use crate::raft::runtime::seed_thread_rng;
-use crate::raft::transport::raft_addr;
-use crate::raft::NodeId;
-use crate::{EngineError, MaintainedGroup};
+use runnel_engine::cluster::ClusterNode;
+use runnel_engine::error::MembershipError;
+use runnel_engine::raft::runtime::seed_thread_rng;
+use runnel_engine::raft::transport::raft_addr;
+use runnel_engine::raft::NodeId;
+use runnel_engine::{EngineError, MemberChange, MemberReport};
+
+use crate::checks::{check, converge};
+use crate::run::{Outcome, Scenario};
+use crate::sim::{at, Sim, CALM, NODES};
+use crate::workload::Workload;
 
 /// The node that joins (index; its id is one more).
 const JOINER: usize = NODES as usize;
 /// The node that leaves.
 const LEAVER: usize = 0;
 
-#[test]
-fn sim_a_node_joins_and_another_leaves_under_load() {
-    run_every_seed(join_and_leave);
-}
-
-async fn join_and_leave(seed: u64) -> Vec<String> {
+pub async fn run(seed: u64) -> Outcome {
     seed_thread_rng(seed);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x3e3b);
     let mut sim = Sim::with_slots(seed, JOINER + 1);
@@ -50,14 +49,14 @@ async fn join_and_leave(seed: u64) -> Vec<String> {
     let workload = Workload::start(&sim, seed);
     tokio::time::sleep(Duration::from_millis(rng.gen_range(500..2000))).await;
     let (drop, delay) = (rng.gen_range(0..40), rng.gen_range(1..15));
-    sim.net.set_faults(drop, delay);
+    sim.set_faults(drop, delay);
     sim.note(format!("{} faults drop={drop}/1000 delay<={delay}ms", at()));
 
     refuse_removal_without_quorum(&mut sim, &workload, seed).await;
 
     let joiner = JOINER as NodeId + 1;
     sim.start(JOINER).await;
-    *workload.alive.lock().unwrap() = sim.alive();
+    *workload.alive.lock().expect("alive lock") = sim.alive();
     // The first step by hand: a learner, then a crash before its
     // promotion, which `change_member` then finishes.
     let joiner_node = BasicNode {
@@ -98,20 +97,26 @@ async fn join_and_leave(seed: u64) -> Vec<String> {
     })
     .await;
     sim.crash(LEAVER).await;
-    *workload.alive.lock().unwrap() = sim.alive();
+    *workload.alive.lock().expect("alive lock") = sim.alive();
     bounce(&mut sim, &workload, rng.gen_range(1..=JOINER), &mut rng).await;
 
-    sim.net.set_faults(0, 2);
+    sim.calm();
     tokio::time::sleep(CALM).await;
     let history = workload.finish(&sim).await;
     converge(&sim, seed).await;
     assert_voters(&sim, seed, &remaining);
-    check(&sim, seed, &history).await;
-    let trace = sim.trace.lock().unwrap().clone();
-    for i in 0..=JOINER {
-        sim.crash(i).await;
-    }
-    trace
+    let report = check(&sim, seed, &history).await;
+    let outcome = Outcome {
+        scenario: Scenario::Membership,
+        seed,
+        trace: sim.trace(),
+        report: Some(report),
+        faults: sim.faults(),
+        changes: sim.changes(),
+        note: None,
+    };
+    sim.stop_all().await;
+    outcome
 }
 
 /// Asserts that every running node sees `expected` as every group's
@@ -134,7 +139,7 @@ fn assert_voters(sim: &Sim, seed: u64, expected: &BTreeSet<NodeId>) {
 }
 
 /// A membership change's outcome as `change_every_group` takes it.
-pub(super) fn changed(result: Result<MemberReport, EngineError>) -> Result<(), String> {
+pub(crate) fn changed(result: Result<MemberReport, EngineError>) -> Result<(), String> {
     result.map(|_| ()).map_err(|e| e.to_string())
 }
 
@@ -145,7 +150,7 @@ pub(super) fn changed(result: Result<MemberReport, EngineError>) -> Result<(), S
 async fn refuse_removal_without_quorum(sim: &mut Sim, workload: &Workload, seed: u64) {
     let (down, leaver) = (2, 2);
     sim.crash(down).await;
-    *workload.alive.lock().unwrap() = sim.alive();
+    *workload.alive.lock().expect("alive lock") = sim.alive();
     let groups = sim.alive()[0].groups().len();
     for g in 0..groups as u32 {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
@@ -163,7 +168,7 @@ async fn refuse_removal_without_quorum(sim: &mut Sim, workload: &Workload, seed:
                 None => Err(EngineError::NotLeader(None)),
             };
             match outcome {
-                Err(EngineError::Membership(reason)) if reason.contains("without a quorum") => {
+                Err(EngineError::Membership(reason @ MembershipError::NoQuorum { .. })) => {
                     sim.note(format!("{} group {g} refused: {reason}", at()));
                     break;
                 }
@@ -178,7 +183,7 @@ async fn refuse_removal_without_quorum(sim: &mut Sim, workload: &Workload, seed:
     }
     assert_voters(sim, seed, &BTreeSet::from([1, 2, 3]));
     sim.start(down).await;
-    *workload.alive.lock().unwrap() = sim.alive();
+    *workload.alive.lock().expect("alive lock") = sim.alive();
 }
 
 /// Runs `change` on each group's leader, again after a leadership change
@@ -195,7 +200,7 @@ where
 }
 
 /// Runs `change` on group `g`'s leader until it answers that it is done.
-pub(super) async fn change_group<F, Fut>(sim: &Sim, seed: u64, g: u32, what: &str, change: &F)
+pub(crate) async fn change_group<F, Fut>(sim: &Sim, seed: u64, g: u32, what: &str, change: &F)
 where
     F: Fn(Arc<ClusterNode>, u32) -> Fut,
     Fut: Future<Output = Result<(), String>>,
@@ -219,15 +224,16 @@ where
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    sim.changed();
     sim.note(format!("{} group {g} {what}", at()));
 }
 
 /// Crashes node `i` and starts it again a little later, the clients
 /// following.
-pub(super) async fn bounce(sim: &mut Sim, workload: &Workload, i: usize, rng: &mut StdRng) {
+pub(crate) async fn bounce(sim: &mut Sim, workload: &Workload, i: usize, rng: &mut StdRng) {
     sim.crash(i).await;
-    *workload.alive.lock().unwrap() = sim.alive();
+    *workload.alive.lock().expect("alive lock") = sim.alive();
     tokio::time::sleep(Duration::from_millis(rng.gen_range(100..1500))).await;
     sim.start(i).await;
-    *workload.alive.lock().unwrap() = sim.alive();
+    *workload.alive.lock().expect("alive lock") = sim.alive();
 }
