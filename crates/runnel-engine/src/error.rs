@@ -185,6 +185,21 @@ pub enum MembershipError {
     Refused(#[from] ChangeMembershipError<NodeId>),
 }
 
+impl MembershipError {
+    /// Whether the same change may succeed if sent again shortly: a
+    /// retirement whose groups' leaders did not answer, or a change that
+    /// met another one under way (a joint membership is finished within
+    /// seconds). A refusal for lack of quorum is not one: it lasts until
+    /// the down voters answer.
+    pub fn passes_by_itself(&self) -> bool {
+        matches!(
+            self,
+            MembershipError::Unknown { .. }
+                | MembershipError::Refused(ChangeMembershipError::InProgress(_))
+        )
+    }
+}
+
 /// "group 3", or "groups [1, 3]".
 fn groups_text(groups: &[u32]) -> String {
     match groups {
@@ -338,4 +353,35 @@ pub enum PlanRefusal {
         up: usize,
         voters: usize,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::error::{EmptyMembership, InProgress};
+
+    #[test]
+    fn only_refusals_that_pass_by_themselves_are_retried() {
+        let in_progress = MembershipError::Refused(ChangeMembershipError::InProgress(InProgress {
+            committed: None,
+            membership_log_id: None,
+        }));
+        assert!(in_progress.passes_by_itself());
+        let unknown = MembershipError::Unknown {
+            node: 2,
+            groups: vec![1],
+        };
+        assert!(unknown.passes_by_itself());
+        let empty =
+            MembershipError::Refused(ChangeMembershipError::EmptyMembership(EmptyMembership {}));
+        assert!(!empty.passes_by_itself());
+        let no_quorum = MembershipError::NoQuorum {
+            node: 2,
+            group: 1,
+            up: 1,
+            remaining: [1, 3].into(),
+            quorum: 2,
+        };
+        assert!(!no_quorum.passes_by_itself());
+    }
 }

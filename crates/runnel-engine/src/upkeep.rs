@@ -82,9 +82,9 @@ pub(crate) async fn propose_with_expiry<G: MaintainedGroup + ?Sized>(
     group: &G,
     command: Command,
 ) -> Result<Applied, EngineError> {
+    let stores = command.body().map_or(0, |b| b.data.len() as u64);
     if let Some(tier) = &group.view().tier {
-        let stores_bytes = command.body().is_some_and(|b| !b.data.is_empty());
-        if let Some(full) = tier.tiering.over_backlog().filter(|_| stores_bytes) {
+        if let Some(full) = tier.tiering.over_backlog().filter(|_| stores > 0) {
             return Err(full);
         }
     }
@@ -105,10 +105,17 @@ pub(crate) async fn propose_with_expiry<G: MaintainedGroup + ?Sized>(
             .await?;
         group.view().keep_released(&applied);
     }
-    group
+    let applied = group
         .submit_entry(Entry {
             now_ms: now,
             command,
         })
-        .await
+        .await?;
+    if let Some(tier) = &group.view().tier {
+        // Counted at once: the tierer recounts only between its passes,
+        // which back off for up to 30 s while the store is down, and the
+        // cap must hold meanwhile.
+        tier.tiering.note_stored(stores);
+    }
+    Ok(applied)
 }

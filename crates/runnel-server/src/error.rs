@@ -235,13 +235,18 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
 
 /// A refused membership change is a conflict with the cluster's state
 /// (409: `runnel ctl` reports it and stops), but for a group that does not
-/// exist (404) and a retirement whose groups' leaders did not answer (503,
-/// which `runnel ctl` retries). A refusal for lack of quorum stays 409:
-/// retrying does not help until the down voters answer.
+/// exist (404), and two refusals that pass by themselves (503, which
+/// `runnel ctl` retries): a retirement whose groups' leaders did not
+/// answer, and a change that met another one under way (the cluster's own
+/// trim of group 0's voters, say; a joint membership is finished within
+/// seconds). A refusal for lack of quorum stays 409: retrying does not
+/// help until the down voters answer.
 fn membership_status(refusal: &MembershipError, headers: &mut HeaderMap) -> StatusCode {
     match refusal {
         MembershipError::NoSuchGroup { .. } => StatusCode::NOT_FOUND,
-        MembershipError::Unknown { .. } => {
+        MembershipError::Unknown { .. } | MembershipError::Refused(_)
+            if refusal.passes_by_itself() =>
+        {
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
             StatusCode::SERVICE_UNAVAILABLE
         }
@@ -255,6 +260,7 @@ fn membership_status(refusal: &MembershipError, headers: &mut HeaderMap) -> Stat
         | MembershipError::BadAddress(_)
         | MembershipError::CatchUpTimeout { .. }
         | MembershipError::NoQuorum { .. }
+        | MembershipError::Unknown { .. }
         | MembershipError::Refused(_) => StatusCode::CONFLICT,
     }
 }

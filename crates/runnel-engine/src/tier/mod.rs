@@ -187,6 +187,14 @@ impl Tiering {
         (untiered > cap).then_some(EngineError::TierBacklog { untiered, cap })
     }
 
+    /// Counts `bytes` just stored as untiered until the tierer's next
+    /// recount (the write back-pressure reads the count).
+    pub fn note_stored(&self, bytes: u64) {
+        self.stats
+            .untiered_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
+
     pub fn note_error(&self, error: impl std::fmt::Display) {
         let text = error.to_string();
         tracing::warn!(error = %text, "tiering");
