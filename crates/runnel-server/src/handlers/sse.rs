@@ -70,7 +70,7 @@ pub async fn serve(
         deadline: Box::pin(tokio::time::sleep(app.config.sse_max_duration)),
         last_sent: now,
         app,
-        name,
+        name: name.into(),
         cursor,
         changes,
         _permit: permit,
@@ -88,7 +88,8 @@ pub async fn serve(
 /// One SSE connection's position in its stream.
 struct Tail {
     app: AppState,
-    name: String,
+    /// Shared with the render cache's keys.
+    name: Arc<str>,
     id: StreamId,
     cursor: Option<String>,
     changes: watch::Receiver<u64>,
@@ -171,10 +172,14 @@ impl Tail {
     /// position for every connection there (connections with their own
     /// cursor render for themselves).
     async fn render(&self) -> Option<Arc<Rendered>> {
-        let key = (self.id, self.position);
+        let key = RenderKey {
+            name: Arc::clone(&self.name),
+            id: self.id,
+            position: self.position,
+        };
         let shareable = self.cursor.is_none();
         if shareable {
-            if let Some(hit) = self.app.sse_cache.get(key) {
+            if let Some(hit) = self.app.sse_cache.get(&key) {
                 return Some(hit);
             }
         }
@@ -241,22 +246,33 @@ impl Rendered {
 /// position. Small and bounded: only the newest positions matter.
 #[derive(Default)]
 pub struct RenderCache {
-    entries: Mutex<HashMap<(StreamId, u64), Arc<Rendered>>>,
+    entries: Mutex<HashMap<RenderKey, Arc<Rendered>>>,
+}
+
+/// A stream incarnation and a position in it. The name is part of the
+/// key: stream ids are counted per group, so streams of different groups
+/// on one node share ids, and an id alone would hand one stream's events
+/// to another's readers. The id tells incarnations of a name apart.
+#[derive(Clone, PartialEq, Eq, Hash)]
+struct RenderKey {
+    name: Arc<str>,
+    id: StreamId,
+    position: u64,
 }
 
 /// Entries kept before the cache starts over.
 const RENDER_CACHE_ENTRIES: usize = 4096;
 
 impl RenderCache {
-    fn get(&self, key: (StreamId, u64)) -> Option<Arc<Rendered>> {
+    fn get(&self, key: &RenderKey) -> Option<Arc<Rendered>> {
         let entries = self.entries.lock().expect("render cache lock");
         entries
-            .get(&key)
+            .get(key)
             .filter(|r| r.interval == interval_now())
             .cloned()
     }
 
-    fn put(&self, key: (StreamId, u64), rendered: Arc<Rendered>) {
+    fn put(&self, key: RenderKey, rendered: Arc<Rendered>) {
         let mut entries = self.entries.lock().expect("render cache lock");
         if entries.len() >= RENDER_CACHE_ENTRIES {
             entries.clear();

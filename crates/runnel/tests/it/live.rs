@@ -65,6 +65,49 @@ async fn sse_sends_keepalives_and_closes_after_its_maximum_duration() {
     assert!(text.contains("\"upToDate\":true"));
 }
 
+/// Streams in different groups can have the same id on one node (ids are
+/// counted per group): SSE readers of each, at the same position, must
+/// each get their own stream's events, never another's from the shared
+/// render cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sse_readers_of_streams_in_different_groups_get_only_their_own_events() {
+    const STREAMS: usize = 8;
+    let dir = tempfile::tempdir().unwrap();
+    let server = Server::start(dir.path(), &["--groups", "4"]).await;
+    let client = reqwest::Client::new();
+    let names: Vec<String> = (0..STREAMS).map(|i| format!("own-{i}")).collect();
+    for name in &names {
+        common::create_text(&client, &server.stream_url(name), "").await;
+    }
+    let mut readers = Vec::new();
+    for name in &names {
+        let r = client
+            .get(format!("{}?offset=-1&live=sse", server.stream_url(name)))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
+        readers.push(tokio::spawn(read_for(r, Duration::from_secs(3))));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for name in &names {
+        common::append_text(&client, &server.stream_url(name), &format!("<{name}>")).await;
+    }
+    for (name, reader) in names.iter().zip(readers) {
+        let (text, _) = reader.await.unwrap();
+        let data: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("data:"))
+            .filter(|d| d.starts_with('<'))
+            .collect();
+        assert_eq!(
+            data,
+            [format!("<{name}>")],
+            "the SSE reader of {name} got {text:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn sse_resumes_from_last_event_id() {
     let dir = tempfile::tempdir().unwrap();
