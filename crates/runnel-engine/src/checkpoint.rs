@@ -46,7 +46,9 @@ pub enum CheckpointError {
     State(#[from] runnel_core::CodecError),
     #[error("writing the checkpoint: {0}")]
     Write(std::io::Error),
-    #[error("collecting segments: {0}")]
+    /// Syncing the log before the checkpoint, or collecting its
+    /// segments after.
+    #[error("the log under the checkpoint: {0}")]
     Collect(runnel_log::LogError),
     #[error(transparent)]
     CopyForward(#[from] crate::copy_forward::CopyError),

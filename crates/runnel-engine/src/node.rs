@@ -444,6 +444,9 @@ fn checkpoint_and_collect(
     let captured: Vec<GroupCheckpoint> = groups.iter().map(|g| g.checkpoint(&mut writer)).collect();
     let file = writer.finish();
     let encoded = started.elapsed();
+    // The checkpoint points into the log: the log's bytes must be durable
+    // before it is (with `--sync never` nothing else syncs them).
+    log.sync_written().map_err(CheckpointError::Collect)?;
     checkpoint::store(dir, &file).map_err(CheckpointError::Write)?;
     tracing::debug!(
         bytes = file.len(),

@@ -193,6 +193,9 @@ struct Shared {
     /// Prepares the next segment ahead of time (absent with
     /// `manual_commit` or without `preallocate`).
     spare: Option<spare::Preparer>,
+    /// With [`SyncMode::Never`]: everything before this position was
+    /// synced by [`Log::sync_written`].
+    synced: AtomicU64,
 }
 
 /// An open log. Dropping it stops the committer after it has written what
@@ -306,6 +309,10 @@ impl Log {
             syncs: sync_stats::SyncRecorder::new(),
             spare,
             listener,
+            // Records found at open may sit in the page cache unsynced
+            // (a process that never synced was killed): the first
+            // `sync_written` syncs every segment.
+            synced: AtomicU64::new(0),
         });
         if shared.options.manual_commit {
             let committer = Committer::new(&shared)?;
@@ -383,6 +390,47 @@ impl Log {
             .spare
             .as_ref()
             .is_some_and(spare::Preparer::is_ready)
+    }
+
+    /// Makes every record written so far durable, whatever the sync
+    /// mode: a checkpoint or snapshot that refers to log positions calls
+    /// it before it is written, so that no durable file ever points at
+    /// log bytes a power cut could take (with [`SyncMode::Never`] nothing
+    /// else syncs the log). With the other modes every written record is
+    /// synced already, and this does nothing. A failed sync stops the log,
+    /// as any failed sync does.
+    pub fn sync_written(&self) -> Result<(), LogError> {
+        if self.shared.options.sync != SyncMode::Never {
+            return Ok(());
+        }
+        let written = self.durable_position();
+        let from = self.shared.synced.load(Ordering::Acquire);
+        if written <= from {
+            return Ok(());
+        }
+        let files: Vec<Arc<std::fs::File>> = {
+            let segments = self.shared.segments.read().expect("segments lock");
+            // The segment holding `from`, and every later one.
+            let first = segments
+                .range(..=from)
+                .next_back()
+                .map_or(0, |(base, _)| *base);
+            segments
+                .range(first..)
+                .map(|(_, s)| Arc::clone(&s.file))
+                .collect()
+        };
+        let started = Instant::now();
+        for file in files {
+            if let Err(e) = file.sync_data() {
+                let err = LogError::io("syncing records for a checkpoint", e);
+                fail(&self.shared, err.clone());
+                return Err(err);
+            }
+        }
+        self.shared.syncs.record(started.elapsed());
+        self.shared.synced.fetch_max(written, Ordering::AcqRel);
+        Ok(())
     }
 
     /// Syncs so far and the time they took.

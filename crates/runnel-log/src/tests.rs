@@ -390,6 +390,41 @@ fn a_log_that_does_not_sync_counts_no_syncs() {
     assert_eq!(stats.records, 1, "the record is counted");
 }
 
+/// A checkpoint calls `sync_written` before it points into the log: with
+/// `SyncMode::Never` it syncs what was written (once, until more is), and
+/// with group commit there is nothing left to sync.
+#[test]
+fn sync_written_syncs_a_log_that_never_syncs_and_only_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = LogOptions {
+        sync: SyncMode::Never,
+        ..LogOptions::default()
+    };
+    let log = Log::open(dir.path(), options, no_listener(), |_| Ok(())).unwrap();
+    let at = log.append(b"unsynced").unwrap();
+    wait_durable(&log, at.end);
+    log.sync_written().unwrap();
+    assert_eq!(log.sync_stats().syncs, 1, "the written records were synced");
+    log.sync_written().unwrap();
+    assert_eq!(log.sync_stats().syncs, 1, "nothing new to sync");
+    let at = log.append(b"more").unwrap();
+    wait_durable(&log, at.end);
+    log.sync_written().unwrap();
+    assert_eq!(log.sync_stats().syncs, 2);
+
+    let dir = tempfile::tempdir().unwrap();
+    let log = Log::open(dir.path(), LogOptions::default(), no_listener(), |_| Ok(())).unwrap();
+    let at = log.append(b"synced").unwrap();
+    wait_durable(&log, at.end);
+    let syncs = log.sync_stats().syncs;
+    log.sync_written().unwrap();
+    assert_eq!(
+        log.sync_stats().syncs,
+        syncs,
+        "group commit synced it already"
+    );
+}
+
 fn file_len(path: &Path) -> u64 {
     std::fs::metadata(path).unwrap().len()
 }

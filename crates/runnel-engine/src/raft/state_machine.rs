@@ -158,7 +158,12 @@ impl GroupShared {
     /// fsyncs) and remembers it with the ranges it points into.
     async fn persist(&self, file: SnapshotFile, live: Vec<(u64, u64)>) -> Result<(), StorageError> {
         let (dir, group, to_store) = (self.data_dir.clone(), self.group, file.clone());
+        let log = Arc::clone(&self.view.log);
         crate::raft::blocking(self.inline_io, move || {
+            // The file points into the log: the log's bytes must be
+            // durable before it is (with `--sync never` nothing else
+            // syncs them).
+            log.sync_written().map_err(std::io::Error::other)?;
             snapshot::store(&dir, group, &to_store)
         })
         .await
