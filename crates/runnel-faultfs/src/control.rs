@@ -47,9 +47,13 @@ pub enum ParseError {
 /// A parsed control command.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Command {
-    PowerCut { torn_seed: Option<u64> },
+    PowerCut {
+        torn_seed: Option<u64>,
+    },
     /// Cut only if the cut would drop written data.
-    PowerCutIfUnsynced { torn_seed: Option<u64> },
+    PowerCutIfUnsynced {
+        torn_seed: Option<u64>,
+    },
     PowerCutAtWrite(ArmedCut),
     Revive,
     Fail(Fault),
@@ -74,7 +78,8 @@ fn errno_named(name: &str, allowed: &[(&str, i32)]) -> Result<i32, ParseError> {
 }
 
 fn seed(word: &str) -> Result<u64, ParseError> {
-    word.parse().map_err(|_| ParseError::BadSeed(word.to_string()))
+    word.parse()
+        .map_err(|_| ParseError::BadSeed(word.to_string()))
 }
 
 impl Command {
@@ -304,7 +309,10 @@ mod tests {
         serve(&socket, Arc::clone(&model), Arc::new(Hooks::none())).unwrap();
         assert_eq!(request(&socket, "fail-fsync EIO").unwrap(), Value::Null);
         // Nothing written: a conditional cut does nothing.
-        assert_eq!(request(&socket, "power-cut-if-unsynced").unwrap(), Value::Null);
+        assert_eq!(
+            request(&socket, "power-cut-if-unsynced").unwrap(),
+            Value::Null
+        );
         let cut = request(&socket, "power-cut").unwrap();
         assert_eq!(cut["bytes_dropped"], 0);
         let stats = request(&socket, "stats").unwrap();

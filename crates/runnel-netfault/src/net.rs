@@ -9,31 +9,62 @@
 use std::net::Ipv4Addr;
 use std::process::Command;
 
-/// A fault on the network, as the nemesis applies it.
+use crate::error::{NetfaultError, Result};
+
+/// A fault on the network, as the nemesis applies it. Nodes are 0-based
+/// namespace indexes (node id minus one).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Fault {
     /// The node neither sends nor receives anything (clients included).
     Isolate(usize),
-    /// The node cannot reach the other nodes; clients still reach it. Used
-    /// on a leader: it keeps answering while the others elect a new one.
-    CutFromPeers(usize),
-    /// The two nodes other than `middle` cannot reach each other; `middle`
+    /// The node cannot reach `peers`; clients still reach it. Used on a
+    /// leader: it keeps answering while the others elect a new one.
+    CutFromPeers { node: usize, peers: Vec<usize> },
+    /// The nodes of `left` cannot reach those of `right`; `middle`
     /// reaches both (a bridge partition).
-    Bridge { middle: usize },
-    /// Every node drops this share of the packets it receives, in percent.
-    Loss(u8),
+    Bridge {
+        middle: usize,
+        left: Vec<usize>,
+        right: Vec<usize>,
+    },
+    /// Each of `nodes` drops this share of the packets it receives, in
+    /// percent.
+    Loss { percent: u8, nodes: Vec<usize> },
     /// The node's link carries at most `kbit` kilobits per second each
     /// way, queueing the rest (up to 300 ms) and dropping beyond.
     Slow { node: usize, kbit: u32 },
+}
+
+/// `1,2,3` for 0-based indexes.
+fn ids(nodes: &[usize]) -> String {
+    nodes
+        .iter()
+        .map(|n| (n + 1).to_string())
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 impl std::fmt::Display for Fault {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Fault::Isolate(n) => write!(f, "node {} isolated", n + 1),
-            Fault::CutFromPeers(n) => write!(f, "node {} cut from its peers", n + 1),
-            Fault::Bridge { middle } => write!(f, "bridge partition through node {}", middle + 1),
-            Fault::Loss(p) => write!(f, "{p}% packet loss on every node"),
+            Fault::CutFromPeers { node, peers } => {
+                write!(f, "node {} cut from nodes {}", node + 1, ids(peers))
+            }
+            Fault::Bridge {
+                middle,
+                left,
+                right,
+            } => write!(
+                f,
+                "bridge partition: nodes {} | nodes {}, node {} reaching both",
+                ids(left),
+                ids(right),
+                middle + 1
+            ),
+            Fault::Loss { percent, nodes } => {
+                write!(f, "{percent}% packet loss on nodes {}", ids(nodes))
+            }
             Fault::Slow { node, kbit } => {
                 write!(f, "node {}'s link slowed to {kbit} kbit/s", node + 1)
             }
@@ -49,47 +80,47 @@ pub struct Network {
     up: bool,
 }
 
-fn run(args: &[&str]) -> Result<(), String> {
+fn run(args: &[&str]) -> Result<()> {
     let output = Command::new(args[0])
         .args(&args[1..])
         .output()
-        .map_err(|e| format!("{}: {e}", args.join(" ")))?;
+        .map_err(|e| NetfaultError::io(args.join(" "), e))?;
     if output.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "{} failed: {}",
-            args.join(" "),
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
+        Err(NetfaultError::Command {
+            command: args.join(" "),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
     }
 }
 
 /// Runs `nft` in a namespace with a script on its standard input.
-fn nft(namespace: &str, script: &str) -> Result<(), String> {
+fn nft(namespace: &str, script: &str) -> Result<()> {
     use std::io::Write;
+    let what = || format!("nft in {namespace}");
     let mut child = Command::new("ip")
         .args(["netns", "exec", namespace, "nft", "-f", "-"])
         .stdin(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
-        .map_err(|e| format!("nft in {namespace}: {e}"))?;
+        .map_err(|e| NetfaultError::io(what(), e))?;
     child
         .stdin
         .take()
         .expect("piped stdin")
         .write_all(script.as_bytes())
-        .map_err(|e| format!("nft in {namespace}: {e}"))?;
+        .map_err(|e| NetfaultError::io(what(), e))?;
     let output = child
         .wait_with_output()
-        .map_err(|e| format!("nft in {namespace}: {e}"))?;
+        .map_err(|e| NetfaultError::io(what(), e))?;
     if output.status.success() {
         Ok(())
     } else {
-        Err(format!(
-            "nft in {namespace} failed on {script:?}: {}",
-            String::from_utf8_lossy(&output.stderr).trim()
-        ))
+        Err(NetfaultError::Command {
+            command: format!("nft in {namespace} on {script:?}"),
+            stderr: String::from_utf8_lossy(&output.stderr).trim().to_string(),
+        })
     }
 }
 
@@ -103,7 +134,7 @@ const BASE_TABLE: &str = "table inet netfault {
 
 impl Network {
     /// Creates the namespaces, links and the bridge for `nodes` nodes.
-    pub fn create(nodes: usize) -> Result<Network, String> {
+    pub fn create(nodes: usize) -> Result<Network> {
         let pid = std::process::id();
         let mut network = Network {
             tag: format!("rnf{pid}"),
@@ -115,7 +146,7 @@ impl Network {
         Ok(network)
     }
 
-    fn build(&mut self) -> Result<(), String> {
+    fn build(&mut self) -> Result<()> {
         let bridge = self.bridge();
         let gateway = format!("{}/24", self.harness_ip());
         run(&["ip", "link", "add", &bridge, "type", "bridge"])?;
@@ -166,27 +197,29 @@ impl Network {
     }
 
     /// Applies `fault` (on top of whatever is applied already).
-    pub fn apply(&self, fault: &Fault) -> Result<(), String> {
-        let peers_of =
-            |node: usize| -> Vec<usize> { (0..self.nodes).filter(|&n| n != node).collect() };
-        match *fault {
+    pub fn apply(&self, fault: &Fault) -> Result<()> {
+        match fault {
             Fault::Isolate(node) => nft(
-                &self.namespace(node),
+                &self.namespace(*node),
                 "add rule inet netfault input iifname != \"lo\" drop\n\
                  add rule inet netfault output oifname != \"lo\" drop\n",
             ),
-            Fault::CutFromPeers(node) => {
-                for peer in peers_of(node) {
-                    self.cut(node, peer)?;
+            Fault::CutFromPeers { node, peers } => {
+                for &peer in peers {
+                    self.cut(*node, peer)?;
                 }
                 Ok(())
             }
-            Fault::Bridge { middle } => {
-                let sides = peers_of(middle);
-                self.cut(sides[0], sides[1])
+            Fault::Bridge { left, right, .. } => {
+                for &a in left {
+                    for &b in right {
+                        self.cut(a, b)?;
+                    }
+                }
+                Ok(())
             }
-            Fault::Loss(percent) => {
-                for node in 0..self.nodes {
+            Fault::Loss { percent, nodes } => {
+                for &node in nodes {
                     let rule = format!(
                         "add rule inet netfault input iifname != \"lo\" numgen random mod 100 < {percent} drop\n"
                     );
@@ -199,9 +232,9 @@ impl Network {
                 let shape = [
                     "root", "tbf", "rate", &rate, "burst", "16kb", "latency", "300ms",
                 ];
-                let outer = self.outer_link(node);
+                let outer = self.outer_link(*node);
                 run(&[&["tc", "qdisc", "add", "dev", &outer][..], &shape].concat())?;
-                let ns = self.namespace(node);
+                let ns = self.namespace(*node);
                 let inner = [
                     "ip", "netns", "exec", &ns, "tc", "qdisc", "add", "dev", "eth0",
                 ];
@@ -212,7 +245,7 @@ impl Network {
 
     /// Drops everything between nodes `a` and `b`, both ways, in both
     /// namespaces.
-    fn cut(&self, a: usize, b: usize) -> Result<(), String> {
+    fn cut(&self, a: usize, b: usize) -> Result<()> {
         for (me, other) in [(a, b), (b, a)] {
             let ip = self.node_ip(other);
             let rules = format!(
@@ -225,7 +258,7 @@ impl Network {
     }
 
     /// Removes every fault.
-    pub fn heal(&self) -> Result<(), String> {
+    pub fn heal(&self) -> Result<()> {
         for node in 0..self.nodes {
             let ns = self.namespace(node);
             nft(

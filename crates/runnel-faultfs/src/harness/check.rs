@@ -14,8 +14,8 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-pub use runnel_history::record::{parse, payload};
 use runnel_history::record::parse_prefix;
+pub use runnel_history::record::{parse, payload};
 
 use super::verdict::{Kind, Violation};
 
@@ -109,20 +109,17 @@ pub fn check_stream(
     cut_short: Option<&str>,
 ) -> Verdict {
     let mut v = Verdict::default();
-    let order: Vec<(u32, u64)> = match (parse(bytes), cut_short) {
-        (Ok(order), _) => order,
-        // Read only in part: its whole appends, whatever follows them.
-        (Err(_), Some(_)) => parse_prefix(bytes)
-            .0
-            .into_iter()
-            .map(|p| (p.writer, p.seq))
-            .collect(),
-        (Err(e), None) => {
-            v.violations
-                .push(Violation::new(Kind::ForeignBytes, format!("stream {stream}: {e}")));
-            return v;
-        }
-    };
+    // The whole appends up to the first byte that is none; what follows
+    // it is foreign, unless the read was cut short there. The appends
+    // before it are judged either way, so what is missing is reported too.
+    let (placed, damage) = parse_prefix(bytes);
+    if let (Some(damage), None) = (damage, cut_short) {
+        v.violations.push(Violation::new(
+            Kind::ForeignBytes,
+            format!("stream {stream}: {damage}"),
+        ));
+    }
+    let order: Vec<(u32, u64)> = placed.iter().map(|p| (p.writer, p.seq)).collect();
     v.appends = order.len();
     let index: HashMap<u32, usize> = writers.iter().enumerate().map(|(i, w)| (w.id, i)).collect();
     let mut seen: HashMap<(u32, u64), usize> = HashMap::new();
@@ -144,7 +141,9 @@ pub fn check_stream(
             if prev >= seq {
                 push(
                     Kind::ReorderedAppend,
-                    format!("stream {stream}: writer {writer} seq {seq} comes after its seq {prev}"),
+                    format!(
+                        "stream {stream}: writer {writer} seq {seq} comes after its seq {prev}"
+                    ),
                 );
             }
         }
@@ -186,7 +185,12 @@ pub fn check_stream(
             "acknowledged or seen"
         };
         let why = cut_short
-            .map(|reason| format!("; the stream could not be read past byte {}: {reason}", bytes.len()))
+            .map(|reason| {
+                format!(
+                    "; the stream could not be read past byte {}: {reason}",
+                    bytes.len()
+                )
+            })
             .unwrap_or_default();
         v.violations.push(Violation::new(
             Kind::LostAcknowledgedAppend,
@@ -265,9 +269,13 @@ mod tests {
         );
         assert_eq!(v.violations.len(), 2, "{:?}", v.violations);
         assert_eq!(v.violations[0].kind, Kind::ResurrectedAppend);
-        assert!(v.violations[0].message.contains("missing after an earlier restart and is back"));
+        assert!(v.violations[0]
+            .message
+            .contains("missing after an earlier restart and is back"));
         assert_eq!(v.violations[1].kind, Kind::LostAcknowledgedAppend);
-        assert!(v.violations[1].message.contains("1 acknowledged or seen appends are missing"));
+        assert!(v.violations[1]
+            .message
+            .contains("1 acknowledged or seen appends are missing"));
     }
 
     #[test]
@@ -322,7 +330,9 @@ mod tests {
         let v = check_stream("s", &read, &mut [&mut a], Some("503 storage failed"));
         assert_eq!(v.violations.len(), 1, "{:?}", v.violations);
         assert_eq!(v.violations[0].kind, Kind::LostAcknowledgedAppend);
-        assert!(v.violations[0].message.contains("2 acknowledged appends are missing"));
+        assert!(v.violations[0]
+            .message
+            .contains("2 acknowledged appends are missing"));
         assert!(v.violations[0].message.contains("503 storage failed"));
     }
 }

@@ -298,13 +298,23 @@ pub struct WriterSetup {
     /// The IO-error test: a fresh append sent after this and acknowledged
     /// is a violation.
     pub fault_at: Option<Instant>,
+    /// Whether a producer's new seq answered as a duplicate (204) is a
+    /// wrong answer. On a single node it is; in a cluster the node a
+    /// client reached retries an append whose first attempt may have
+    /// landed (across a leadership change), and the leader's
+    /// deduplication answers that retry 204: the append is there once,
+    /// which reading back checks.
+    pub fresh_duplicate_is_wrong: bool,
 }
 
 /// Appends until `stop`. A failed append (an error answer, or none) is
 /// counted and stays in doubt: an idempotent writer sends it again with
 /// the same seq until it is acknowledged or the writer stops; a plain
 /// writer never repeats one and goes on with the next.
-pub async fn run_writer(setup: WriterSetup, mut writer: Writer) -> (Writer, Answers, Vec<Violation>) {
+pub async fn run_writer(
+    setup: WriterSetup,
+    mut writer: Writer,
+) -> (Writer, Answers, Vec<Violation>) {
     let mut answers = Answers::default();
     let mut violations = Vec::new();
     let mut first = true;
@@ -347,7 +357,8 @@ pub async fn run_writer(setup: WriterSetup, mut writer: Writer) -> (Writer, Answ
                         ),
                     ));
                 }
-                if writer.idempotent && retry.is_none() && status == StatusCode::NO_CONTENT {
+                let duplicate = retry.is_none() && status == StatusCode::NO_CONTENT;
+                if writer.idempotent && duplicate && setup.fresh_duplicate_is_wrong {
                     violations.push(Violation::new(
                         Kind::WrongAnswer,
                         format!(
@@ -374,13 +385,15 @@ pub async fn run_writer(setup: WriterSetup, mut writer: Writer) -> (Writer, Answ
 
 /// Retries an idempotent writer's in-doubt append after a restart that
 /// showed whether it landed: a duplicate (204) if it did, a new append
-/// (200) if it did not. Anything else is a violation; no answer at all
-/// leaves it in doubt.
+/// (200) if it did not (or 204 as well, unless `fresh_duplicate_is_wrong`:
+/// see [`WriterSetup::fresh_duplicate_is_wrong`]). Anything else is a
+/// violation.
 pub async fn retry_pending(
     client: &Client,
     base: &str,
     writer: &mut Writer,
     landed: bool,
+    fresh_duplicate_is_wrong: bool,
 ) -> Option<Violation> {
     let seq = writer.appends.len() as u64 - 1;
     let (status, body) = match append(client, base, writer, seq).await {
@@ -402,7 +415,8 @@ pub async fn retry_pending(
         append.acked = Some(Instant::now());
         append.fate = Fate::Acked;
     }
-    (status != want).then(|| {
+    let excused = !landed && !fresh_duplicate_is_wrong && status == StatusCode::NO_CONTENT;
+    (status != want && !excused).then(|| {
         Violation::new(
             Kind::WrongAnswer,
             format!(

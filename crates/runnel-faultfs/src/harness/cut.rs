@@ -89,7 +89,11 @@ async fn at_write(
     patience: Duration,
 ) -> Result<Option<CutReport>> {
     let started = Instant::now();
-    control(socket, &format!("power-cut-at-write {path}{}", torn_words(torn))).await?;
+    control(
+        socket,
+        &format!("power-cut-at-write {path}{}", torn_words(torn)),
+    )
+    .await?;
     loop {
         let stats = control(socket, "stats").await?;
         if stats["alive"] == false {

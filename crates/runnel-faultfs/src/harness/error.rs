@@ -31,7 +31,9 @@ pub enum HarnessError {
         status: String,
         log_tail: String,
     },
-    #[error("{label}: the server did not answer /health within {within:?}; its log ends:\n{log_tail}")]
+    #[error(
+        "{label}: the server did not answer /health within {within:?}; its log ends:\n{log_tail}"
+    )]
     NoHealth {
         label: String,
         within: Duration,
@@ -47,6 +49,10 @@ pub enum HarnessError {
         status: u16,
         expected: String,
     },
+    #[error(
+        "the nodes did not agree on a leader for every group within {within:?} (last: {last})"
+    )]
+    NoLeaders { within: Duration, last: String },
     #[error("{0} did not finish within {1:?}")]
     Timeout(String, Duration),
     #[error("a client task failed: {0}")]

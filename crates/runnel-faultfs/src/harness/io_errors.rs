@@ -74,8 +74,7 @@ pub async fn run(opts: Options) -> Result<bool> {
     let mut failed = 0;
     let faults: Vec<&str> = (0..opts.rounds.max(1)).flat_map(|_| FAULTS).collect();
     for &fault in &faults {
-        let (next, findings) =
-            phase(&opts, &client, server, &streams, &mut writers, fault).await?;
+        let (next, findings) = phase(&opts, &client, server, &streams, &mut writers, fault).await?;
         server = next;
         if findings.is_empty() {
             println!("  => ok");
@@ -118,6 +117,7 @@ async fn write_for(
         pause: Duration::from_millis(2),
         error_pause: Duration::from_millis(50),
         fault_at,
+        fresh_duplicate_is_wrong: true,
     };
     let tasks: Vec<_> = std::mem::take(writers)
         .into_iter()
@@ -164,7 +164,7 @@ async fn phase(
     println!("io-errors: {fault}");
     for w in writers.iter_mut() {
         if let Some(landed) = w.needs_retry() {
-            if let Some(v) = client::retry_pending(client, &server.base, w, landed).await {
+            if let Some(v) = client::retry_pending(client, &server.base, w, landed, true).await {
                 findings.violations.push(v);
             }
         }
@@ -264,7 +264,14 @@ async fn phase(
     control(&target.control, "clear-faults").await?;
     control(&target.control, "revive").await?;
     let server = Server::start(&target.spec(), client, &format!("after {fault}")).await?;
-    let verified = verify(client, &server.base, streams, writers, Duration::from_secs(3)).await;
+    let verified = verify(
+        client,
+        &server.base,
+        streams,
+        writers,
+        Duration::from_secs(3),
+    )
+    .await;
     findings.extend(verified.violations);
     let acked: usize = writers.iter().map(Writer::acked).sum();
     println!(

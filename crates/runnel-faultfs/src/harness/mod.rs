@@ -82,7 +82,8 @@ pub async fn control(socket: &Path, command: &str) -> Result<Value> {
 /// itself when missing but never fsyncs the parent.
 pub fn prepare_dir(dir: &Path) -> Result<()> {
     if !dir.exists() {
-        std::fs::create_dir(dir).map_err(|e| HarnessError::io(format!("mkdir {}", dir.display()), e))?;
+        std::fs::create_dir(dir)
+            .map_err(|e| HarnessError::io(format!("mkdir {}", dir.display()), e))?;
     }
     let parent = dir.parent().unwrap_or(Path::new("/"));
     std::fs::File::open(parent)

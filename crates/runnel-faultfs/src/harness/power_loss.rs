@@ -190,7 +190,9 @@ impl Run {
             let started = Instant::now();
             let outcome = tokio::time::timeout(self.opts.cycle_timeout, self.cycle(n))
                 .await
-                .map_err(|_| HarnessError::Timeout(format!("cycle {n}"), self.opts.cycle_timeout))?;
+                .map_err(|_| {
+                    HarnessError::Timeout(format!("cycle {n}"), self.opts.cycle_timeout)
+                })?;
             let c = outcome?;
             let elapsed = started.elapsed().as_secs_f64();
             if c.findings.is_empty() {
@@ -208,7 +210,10 @@ impl Run {
     }
 
     fn base(&self) -> String {
-        self.server.as_ref().map(|s| s.base.clone()).unwrap_or_default()
+        self.server
+            .as_ref()
+            .map(|s| s.base.clone())
+            .unwrap_or_default()
     }
 
     async fn setup(&mut self) -> Result<()> {
@@ -259,7 +264,7 @@ impl Run {
         // Retries first: the ephemeral stream they may be for goes next.
         for w in self.writers.iter_mut() {
             if let Some(landed) = w.needs_retry() {
-                if let Some(v) = client::retry_pending(&self.client, &base, w, landed).await {
+                if let Some(v) = client::retry_pending(&self.client, &base, w, landed, true).await {
                     findings.violations.push(v);
                 }
             }
@@ -270,7 +275,9 @@ impl Run {
                     self.writers.retain(|w| w.stream != old);
                     self.deleted.push(old);
                 }
-                Ok(status) => findings.violation(Kind::WrongAnswer, format!("DELETE {old}: {status}")),
+                Ok(status) => {
+                    findings.violation(Kind::WrongAnswer, format!("DELETE {old}: {status}"))
+                }
                 Err(e) => findings.violation(Kind::WrongAnswer, e.to_string()),
             }
         }
@@ -332,6 +339,7 @@ impl Run {
             pause: self.opts.pause,
             error_pause: ERROR_PAUSE,
             fault_at: None,
+            fresh_duplicate_is_wrong: true,
         };
         let (writing, idle): (Vec<Writer>, Vec<Writer>) = std::mem::take(&mut self.writers)
             .into_iter()

@@ -94,7 +94,10 @@ pub fn judge(stream: &str, read: ReadBack, writers: &mut [Writer], out: &mut Ver
     if let (Some(reason), false) = (&reason, lost) {
         out.violations.push(Violation::new(
             Kind::Unavailable,
-            format!("stream {stream} could not be read past byte {}: {reason}", bytes.len()),
+            format!(
+                "stream {stream} could not be read past byte {}: {reason}",
+                bytes.len()
+            ),
         ));
     }
     out.violations.extend(verdict.violations);

@@ -230,12 +230,7 @@ impl Model {
     /// not zero, so a torn write always loses some of what was written: a
     /// write whose only such byte is its first (or that has none) is not
     /// torn.
-    fn tear(
-        &mut self,
-        seed: u64,
-        location: &Locations,
-        prefer: Option<Ino>,
-    ) -> Option<Torn> {
+    fn tear(&mut self, seed: u64, location: &Locations, prefer: Option<Ino>) -> Option<Torn> {
         // How many bytes of a write a tear may keep at most.
         let most_kept = |bytes: &[u8]| bytes.iter().rposition(|&b| b != 0).filter(|&i| i >= 1);
         let mut candidates: Vec<Ino> = self

@@ -20,9 +20,13 @@
 //! is one read from its request to its answer. An SSE session is a
 //! sequence of reads, one per delivered event (the data event, then the
 //! control event that gives its next offset and whether it reached the
-//! tail): the read is invoked when the session's previous event was
-//! received (or, for the first, when the session was opened) and
-//! completes when this event is received. Its `start` is the previous
+//! tail): the read is invoked when the session was opened and completes
+//! when this event is received. (Not when the previous event arrived: a
+//! server renders an event as soon as the connection can take it, which
+//! may be before the client has read the events before it, so the state
+//! an event shows can be older than the previous event's receipt. The
+//! session's opening is the latest instant that is always sound; keeping
+//! sessions short keeps the windows narrow.) Its `start` is the previous
 //! event's next offset (or the offset the session was opened at), its
 //! `bytes` the event's data and `next`/`up_to_date` its control event.
 //!

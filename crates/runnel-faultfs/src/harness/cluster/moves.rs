@@ -110,14 +110,14 @@ pub async fn step(
     base: &str,
     group: u32,
     query: &str,
-) -> std::result::Result<(u16, String), String> {
+) -> Result<(u16, String), HarnessError> {
     let url = format!("{base}/_runnel/cluster/groups/{group}/members?{query}");
     let response = client
         .post(&url)
         .timeout(Duration::from_secs(30))
         .send()
         .await
-        .map_err(|e| format!("POST {url}: {e}"))?;
+        .map_err(|e| HarnessError::request(format!("POST {url}"), e))?;
     let status = response.status().as_u16();
     let body = response.text().await.unwrap_or_default();
     Ok((status, body.trim().to_string()))
@@ -198,7 +198,11 @@ where
             String::from_utf8_lossy(&output.stdout),
             String::from_utf8_lossy(&output.stderr)
         );
-        last = format!("exit {}: {}", output.status, text.trim().replace('\n', " | "));
+        last = format!(
+            "exit {}: {}",
+            output.status,
+            text.trim().replace('\n', " | ")
+        );
         if output.status.success() {
             let view = layout().await.remove(&mv.group).unwrap_or_default();
             if view.voters.contains(&mv.to) && !view.voters.contains(&mv.from) {
@@ -246,7 +250,10 @@ mod tests {
             assert_ne!(mv.group, 0);
             assert!(mv.from == 3 || mv.to == 3, "{mv}");
             let voters = &layout[&mv.group].voters;
-            assert!(voters.contains(&mv.from) && !voters.contains(&mv.to), "{mv}");
+            assert!(
+                voters.contains(&mv.from) && !voters.contains(&mv.to),
+                "{mv}"
+            );
         }
         // A group in the middle of a change is not picked.
         let busy = BTreeMap::from([(1, view(&[1, 2, 3]))]);

@@ -111,7 +111,9 @@ impl Nodes {
             .running
             .get_mut(&id)
             .ok_or_else(|| HarnessError::Setup(format!("node {id} is not running")))?;
-        server.wait_healthy(client, &log, &format!("node {id} {label}")).await
+        server
+            .wait_healthy(client, &log, &format!("node {id} {label}"))
+            .await
     }
 
     /// SIGKILLs node `id`.
@@ -193,11 +195,7 @@ impl Nodes {
     /// Waits until every node answers and all agree on one leader for
     /// every group; `Err` with the last views if they do not within
     /// `within`.
-    pub async fn wait_for_leaders(
-        &self,
-        client: &Client,
-        within: Duration,
-    ) -> std::result::Result<(), String> {
+    pub async fn wait_for_leaders(&self, client: &Client, within: Duration) -> Result<()> {
         let deadline = Instant::now() + within;
         let mut last = String::new();
         while Instant::now() < deadline {
@@ -224,6 +222,6 @@ impl Nodes {
             last = format!("{views:?}");
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        Err(last)
+        Err(HarnessError::NoLeaders { within, last })
     }
 }
