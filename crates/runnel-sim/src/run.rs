@@ -27,15 +27,19 @@ pub enum Scenario {
     /// A node loses its disk while a write is on it and its leader alone
     /// ([`scenarios::lost_disk`]).
     LostDisk,
+    /// A node joins, leaderships and a replica move and a node leaves,
+    /// while nodes are cut off and crash ([`scenarios::churn`]).
+    Churn,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 5] = [
+    pub const ALL: [Scenario; 6] = [
         Scenario::Faults,
         Scenario::Membership,
         Scenario::Replicas,
         Scenario::Transfer,
         Scenario::LostDisk,
+        Scenario::Churn,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +49,7 @@ impl Scenario {
             Scenario::Replicas => "replicas",
             Scenario::Transfer => "transfer",
             Scenario::LostDisk => "lost-disk",
+            Scenario::Churn => "churn",
         }
     }
 }
@@ -164,6 +169,7 @@ pub fn run_seed(scenario: Scenario, seed: u64) -> Outcome {
         Scenario::Replicas => run_simulated(seed, scenarios::replicas::run(seed)),
         Scenario::Transfer => run_simulated(seed, scenarios::transfer::run(seed)),
         Scenario::LostDisk => run_simulated(seed, scenarios::lost_disk::run(seed)),
+        Scenario::Churn => run_simulated(seed, scenarios::churn::run(seed)),
     };
     if let Some(report) = &mut outcome.report {
         let acked = outcome.trace.iter().filter(|e| e.contains(" ack ")).count();

@@ -43,6 +43,11 @@ fn a_node_joins_and_another_leaves_under_load() {
 }
 
 #[test]
+fn members_change_while_nodes_are_cut_off_and_crash() {
+    every_seed(Scenario::Churn);
+}
+
+#[test]
 fn replicas_move_between_nodes_under_load() {
     every_seed(Scenario::Replicas);
 }

@@ -121,7 +121,7 @@ pub async fn run(seed: u64) -> Outcome {
 
 /// Asserts that every running node sees `expected` as every group's
 /// voters.
-fn assert_voters(sim: &Sim, seed: u64, expected: &BTreeSet<NodeId>) {
+pub(crate) fn assert_voters(sim: &Sim, seed: u64, expected: &BTreeSet<NodeId>) {
     for node in sim.alive() {
         for group in node.groups() {
             let metrics = group.raft().metrics().borrow().clone();

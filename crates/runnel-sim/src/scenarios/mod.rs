@@ -8,7 +8,9 @@
 //! | [`replicas`] | one replica of each group moves to a newcomer, and back; nodes drop and take back copies |
 //! | [`transfer`] | each group's leadership moves again and again, never waiting out a lease |
 //! | [`lost_disk`] | a node loses its disk while a write is on it and its leader alone |
+//! | [`churn`] | a node joins, leaderships and a replica move, a node leaves, all while nodes are cut off and crash |
 
+pub mod churn;
 pub mod faults;
 pub mod lost_disk;
 pub mod membership;
