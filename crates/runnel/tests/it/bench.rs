@@ -260,8 +260,9 @@ fn the_log_benchmark_runs() {
 }
 
 /// The three command lines the published benchmark prints run as printed
-/// (the target aside) and finish with their workload's counts: a minute
-/// and a half of load, so this is the longest test of the file.
+/// (the target aside, and 5 s of measurement rather than 30: the shape of
+/// each workload is what is checked, and CI runs beside other tests) and
+/// finish with their workload's counts.
 #[test]
 fn the_published_command_lines_run_as_printed() {
     let runtime = tokio::runtime::Runtime::new().unwrap();
@@ -276,6 +277,7 @@ fn the_published_command_lines_run_as_printed() {
     .enumerate()
     {
         let json = dir.path().join(format!("{i}.json"));
+        let line = line.replace("--duration-secs 30", "--duration-secs 5");
         let mut args: Vec<&str> = line.split(' ').collect();
         args.extend([
             "--target",
