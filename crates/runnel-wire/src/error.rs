@@ -20,6 +20,9 @@ pub enum ProtocolError {
     /// `Stream-Expires-At` is not an RFC 3339 timestamp.
     #[error("Stream-Expires-At is not an RFC 3339 timestamp: {0}")]
     NotATimestamp(chrono::ParseError),
+    /// `Stream-Expires-At` names a time RFC 3339 cannot write in UTC.
+    #[error("Stream-Expires-At is outside the years 0000 to 9999 in UTC: {0:?}")]
+    TimestampOutOfRange(String),
     #[error("Stream-Closed must be true or false; got {0:?}")]
     NotABoolean(String),
     #[error("Producer-Id must not be empty")]

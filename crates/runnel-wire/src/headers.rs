@@ -107,13 +107,24 @@ pub fn ttl(headers: &(impl Lookup + ?Sized)) -> Result<Option<u64>, ProtocolErro
         .transpose()
 }
 
-/// `Stream-Expires-At` as Unix milliseconds.
+/// `Stream-Expires-At` as Unix milliseconds. A time whose UTC form falls
+/// outside the years 0000 to 9999 is refused: RFC 3339 cannot write it,
+/// so the server could not echo it (found by fuzzing: a leap second at
+/// the end of 9999 was taken, and rendered as year +10000).
 pub fn expires_at(headers: &(impl Lookup + ?Sized)) -> Result<Option<i64>, ProtocolError> {
     text(headers, &names::STREAM_EXPIRES_AT)?
         .map(|v| {
-            chrono::DateTime::parse_from_rfc3339(v)
-                .map(|t| t.timestamp_millis())
-                .map_err(ProtocolError::NotATimestamp)
+            let at =
+                chrono::DateTime::parse_from_rfc3339(v).map_err(ProtocolError::NotATimestamp)?;
+            let ms = at.timestamp_millis();
+            // The year of the instant in milliseconds, where a leap
+            // second has rolled over into the next one.
+            let year =
+                chrono::DateTime::from_timestamp_millis(ms).map(|t| chrono::Datelike::year(&t));
+            if !year.is_some_and(|y| (0..=9999).contains(&y)) {
+                return Err(ProtocolError::TimestampOutOfRange(v.to_string()));
+            }
+            Ok(ms)
         })
         .transpose()
 }
@@ -286,6 +297,27 @@ mod tests {
         let q = read_query(Some("offset=0%201&foo=bar&live=sse")).unwrap();
         assert_eq!(q.offset.as_deref(), Some("0 1"));
         assert_eq!(q.live.as_deref(), Some("sse"));
+    }
+
+    #[test]
+    fn expiry_times_render_back_or_are_refused() {
+        let mut h = HeaderMap::new();
+        for (sent, ok) in [
+            ("2030-01-01T00:00:00Z", true),
+            ("9999-12-31T23:59:59.999Z", true),
+            ("9999-12-31T23:59:60.099Z", false),
+            ("9999-12-31T23:00:00-01:00", false),
+            ("0000-01-01T00:00:00+01:00", false),
+        ] {
+            h.insert(names::STREAM_EXPIRES_AT, sent.parse().unwrap());
+            let parsed = expires_at(&h);
+            assert_eq!(parsed.is_ok(), ok, "{sent}: {parsed:?}");
+            if let Ok(Some(ms)) = parsed {
+                let rendered = render_expires_at(ms).unwrap();
+                h.insert(names::STREAM_EXPIRES_AT, rendered.parse().unwrap());
+                assert_eq!(expires_at(&h), Ok(Some(ms)), "{sent} as {rendered}");
+            }
+        }
     }
 
     #[test]
