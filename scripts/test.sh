@@ -8,7 +8,8 @@
 #    stages wait on clocks, networks and disks rather than on the two
 #    cores, so lanes overlap them:
 #    - rust: the unit, property and simulation tests; then the fuzz
-#      targets for a bounded time (cargo-fuzz, pinned);
+#      targets for a bounded time (plain cargo with libFuzzer's
+#      instrumentation, from the committed seeds);
 #    - e2e: the end-to-end tests (crates/runnel/tests/it: real server
 #      processes, clusters, an S3 server for tiering);
 #    - protocol: the conformance suite five ways at once (tiering every
