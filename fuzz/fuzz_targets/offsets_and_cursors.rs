@@ -41,6 +41,14 @@ fuzz_target!(|data: &[u8]| {
         }
     }
     if let Ok(query) = headers::read_query(Some(text)) {
+        // Each parameter a read understands is there when it was sent.
+        let sent = |key: &str| {
+            text.split('&')
+                .any(|pair| pair.split_once('=').map_or(pair, |(k, _)| k) == key)
+        };
+        assert_eq!(sent("offset"), query.offset.is_some());
+        assert_eq!(sent("live"), query.live.is_some());
+        assert_eq!(sent("cursor"), query.cursor.is_some());
         let rendered = runnel_fuzz::render::read_query(&query);
         assert_eq!(headers::read_query(Some(&rendered)), Ok(query));
     }
