@@ -1,47 +1,110 @@
 #!/usr/bin/env bash
-# Fuzzes what untrusted bytes reach, on the stable toolchain (cargo-fuzz
-# with `-s none`: libFuzzer's coverage guidance, no sanitizer): the direct
-# path's request reader, offsets/cursors/queries/stream paths, the
-# protocol's headers, JSON bodies, the Raft transport's request decoder,
-# and log entries, checkpoints and fork material as recovery and peers
-# decode them. First every input in fuzz/regressions/TARGET (inputs that
-# once crashed) is replayed, then each target runs for FUZZ_SECS seconds.
-# Exits non-zero on any crash; the input is left in fuzz/artifacts/TARGET.
+# Fuzzes what untrusted bytes reach, on the stable toolchain: libFuzzer's
+# coverage guidance, no sanitizer (the instrumentation `cargo fuzz build
+# -s none` asks for, passed to plain cargo, so CI needs no cargo-fuzz).
+# Targets: the direct path's request reader, offsets/cursors/queries/
+# stream paths, the protocol's headers, JSON bodies, the Raft transport's
+# request frames, log entries, checkpoints, fork material, credentials.
+# Every decoder target asserts a round trip or invariants, not only the
+# absence of panics (see each target's header in fuzz/fuzz_targets/).
 #
-#   scripts/fuzz.sh                 # every target, 20 s each
-#   FUZZ_SECS=600 scripts/fuzz.sh json_body
+# For each target, in turn:
+# 1. every input in fuzz/regressions/TARGET (inputs that once crashed)
+#    is replayed;
+# 2. the target runs for FUZZ_SECS seconds from the committed seeds
+#    (fuzz/seeds/TARGET, read only) and the git-ignored working corpus
+#    (fuzz/corpus/TARGET, where new inputs go and stay between runs).
+# It prints, per target, the regressions and seeds replayed, the runs
+# executed and the coverage reached (libFuzzer's edges, `cov`, and
+# features, `ft`). On any crash it stops non-zero; the input is kept in
+# fuzz/artifacts/TARGET/ and the log in fuzz/TARGET.log. To replay it:
+# fuzz/target/<host triple>/release/TARGET fuzz/artifacts/TARGET/crash-...
+#
+#   scripts/fuzz.sh                        # CI: every target, 20 s each
+#   scripts/fuzz.sh json_body raft_frame   # some targets
+#   FUZZ_SECS=1800 FUZZ_JOBS=2 scripts/fuzz.sh   # nightly: 30 min each,
+#                                          # two processes (-fork=2)
+#   scripts/fuzz.sh --seeds                # rewrite fuzz/seeds from their
+#                                          # generator (fuzz/src/seeds.rs)
+#   scripts/fuzz.sh --check-seeds          # fail if fuzz/seeds is stale
+#
+# Developers with cargo-fuzz 0.13 can also use `cargo fuzz run -s none
+# TARGET fuzz/corpus/TARGET fuzz/seeds/TARGET`: the flags below are the
+# ones it passes, so it reuses this script's build.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-cd "$root"
-version=0.13.1
-if ! cargo fuzz --version 2>/dev/null | grep -q "$version"; then
-  echo "== installing cargo-fuzz $version"
-  cargo install --quiet --locked cargo-fuzz --version "$version"
-fi
+cd "$root/fuzz"
+
+case "${1:-}" in
+--seeds | --check-seeds)
+  # The generator is built without instrumentation, apart from the
+  # targets (host profile directory, not the triple's).
+  check=()
+  [ "$1" = --check-seeds ] && check=(--check)
+  exec cargo run --quiet --locked --features seeds --bin make_seeds -- "${check[@]}"
+  ;;
+esac
+
+all=(http_head offsets_and_cursors protocol_headers json_body raft_frame log_record
+  checkpoint fork_material credentials)
 targets=("$@")
-if [ ${#targets[@]} = 0 ]; then
-  targets=(http_head offsets_and_cursors protocol_headers json_body raft_frame log_record credentials)
-fi
+[ ${#targets[@]} = 0 ] && targets=("${all[@]}")
 secs=${FUZZ_SECS:-20}
+jobs=${FUZZ_JOBS:-1}
+
+# What `cargo fuzz build -s none` (0.13.1, without -O) passes on Linux.
+triple=$(rustc -vV | sed -n 's/^host: //p')
+rustflags=" -Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4"
+rustflags+=" -Cllvm-args=-sanitizer-coverage-inline-8bit-counters"
+rustflags+=" -Cllvm-args=-sanitizer-coverage-pc-table"
+rustflags+=" -Cllvm-args=-sanitizer-coverage-trace-compares --cfg fuzzing"
+rustflags+=" -Cllvm-args=-simplifycfg-branch-fold-threshold=0"
+rustflags+=" -Cllvm-args=-sanitizer-coverage-stack-depth -Cdebug-assertions -Ccodegen-units=1"
+bins=()
+for target in "${targets[@]}"; do bins+=(--bin "$target"); done
 echo "== building the fuzz targets"
-cargo fuzz build -s none
+started=$(date +%s)
+RUSTFLAGS="$rustflags" cargo build --release --locked --target "$triple" \
+  --config 'profile.release.debug="line-tables-only"' "${bins[@]}"
+echo "built in $(($(date +%s) - started)) s"
+bin=target/$triple/release
+
 for target in "${targets[@]}"; do
-  if [ -d "fuzz/regressions/$target" ]; then
-    if ! cargo fuzz run -s none "$target" "fuzz/regressions/$target" -- -runs=0 \
-      >"fuzz/$target.log" 2>&1; then
-      grep -E "panicked at|SUMMARY" "fuzz/$target.log" | head -5
-      echo "fuzz.sh: $target fails on an input of fuzz/regressions/$target" >&2
+  log=$target.log
+  mkdir -p "corpus/$target" "artifacts/$target"
+  [ -d "seeds/$target" ] || { echo "fuzz.sh: no seeds in fuzz/seeds/$target" >&2; exit 1; }
+  regressions=0
+  if [ -d "regressions/$target" ]; then
+    # Files (not a directory) make libFuzzer run each once and exit.
+    mapfile -t inputs < <(find "regressions/$target" -type f | sort)
+    regressions=${#inputs[@]}
+    if [ "$regressions" -gt 0 ] && ! "$bin/$target" "${inputs[@]}" >"$log" 2>&1; then
+      grep -E "panicked at|ERROR|SUMMARY|Running:" "$log" | tail -5
+      echo "fuzz.sh: $target fails on an input of fuzz/regressions/$target (log: fuzz/$log)" >&2
       exit 1
     fi
-    echo "$target: $(ls "fuzz/regressions/$target" | wc -l) regression inputs pass"
   fi
-  echo "== fuzzing $target for ${secs}s"
-  if ! cargo fuzz run -s none "$target" -- -max_total_time="$secs" -rss_limit_mb=2048 \
-    >"fuzz/$target.log" 2>&1; then
-    grep -E "panicked at|ERROR|SUMMARY" "fuzz/$target.log" | head -5
-    echo "fuzz.sh: $target crashed; the input is in fuzz/artifacts/$target (log: fuzz/$target.log)" >&2
+  seeds=$(find "seeds/$target" -type f | wc -l)
+  fork=()
+  [ "$jobs" -gt 1 ] && fork=(-fork="$jobs")
+  if ! "$bin/$target" -max_total_time="$secs" -rss_limit_mb=2048 -print_final_stats=1 \
+    -artifact_prefix="artifacts/$target/" "${fork[@]}" "corpus/$target" "seeds/$target" \
+    >"$log" 2>&1; then
+    grep -E "panicked at|ERROR|SUMMARY|assertion" "$log" | head -8
+    echo "fuzz.sh: $target crashed; the input is in fuzz/artifacts/$target/ (log: fuzz/$log):" >&2
+    ls -t "artifacts/$target" | head -3 | sed "s|^|  fuzz/artifacts/$target/|" >&2
     exit 1
   fi
-  grep -E "^Done" "fuzz/$target.log"
-  rm -f "fuzz/$target.log"
+  # libFuzzer's last progress line holds the coverage reached.
+  last=$(grep -E "cov: [0-9]+" "$log" | tail -1)
+  cov=$(sed -nE 's/.*cov: ([0-9]+).*/\1/p' <<<"$last")
+  ft=$(sed -nE 's/.*ft: ([0-9]+).*/\1/p' <<<"$last")
+  runs=$(sed -nE 's/^stat::number_of_executed_units: ([0-9]+)/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+  if [ "$runs" = 0 ]; then
+    runs=$(sed -nE 's/^#([0-9]+).*/\1/p' "$log" | tail -1)
+  fi
+  corpus=$(find "corpus/$target" -type f | wc -l)
+  echo "$target: ${regressions} regressions and ${seeds} seeds replayed; ${runs:-?} runs in ${secs} s;" \
+    "cov ${cov:-?}, ft ${ft:-?}; working corpus ${corpus} inputs"
+  rm -f "$log"
 done

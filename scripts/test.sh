@@ -8,7 +8,9 @@
 #    stages wait on clocks, networks and disks rather than on the two
 #    cores, so lanes overlap them:
 #    - rust: the unit, property and simulation tests, and the simulation
-#      shown to catch stale reads; then the fuzz targets for a bounded time;
+#      shown to catch stale reads; then the fuzz targets for a bounded time
+#      (plain cargo with libFuzzer's instrumentation, from the committed
+#      seeds);
 #    - e2e: the end-to-end tests (crates/runnel/tests/it: real server
 #      processes, clusters, an S3 server for tiering);
 #    - protocol: the conformance suite five ways at once (tiering every
@@ -48,6 +50,10 @@ stage "cargo clippy"
 cargo clippy --release --workspace --all-targets --locked -- -D warnings
 stage "building the workspace and its tests"
 cargo test --release --workspace --locked --no-run
+# `cargo test` links a package's binaries only for its integration tests:
+# the fault harnesses have none, so the binaries are built here (the
+# libraries are shared with the test build: nothing else compiles).
+cargo build --release --workspace --locked --bins
 bin=$root/target/release/runnel
 faulty=$root/target/release/runnel-faulty
 for built in "$bin" "$faulty" target/release/runnel-faultfs target/release/runnel-netfault \

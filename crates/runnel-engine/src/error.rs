@@ -259,22 +259,9 @@ pub enum PeerError {
 /// [`HelloError::Refused`].
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum HelloError {
-    #[error("an empty hello")]
-    Empty,
-    #[error("a hello of version 0")]
-    VersionZero,
-    #[error("a hello without the sender's node id")]
-    NoNodeId,
-    #[error("a hello without a cluster id")]
-    NoClusterId,
-    #[error("a hello's cluster id is cut short")]
-    CutShort,
-    #[error("a hello with bytes after its fields")]
-    TrailingBytes,
-    #[error("a hello's cluster id is not UTF-8")]
-    NotUtf8,
-    #[error("a hello's cluster id: {0}")]
-    BadClusterId(runnel_core::cluster_meta::ClusterIdError),
+    /// The hello's bytes do not decode.
+    #[error(transparent)]
+    Decode(#[from] runnel_wire::raft::hello::HelloDecodeError),
     /// The two nodes know different cluster ids.
     #[error("this node belongs to cluster {mine:?}, the peer to cluster {theirs:?}")]
     OtherCluster { mine: String, theirs: String },

@@ -7,6 +7,7 @@ use runnel_core::subscription::SubError;
 use runnel_core::CoreError;
 use runnel_engine::error::MembershipError;
 use runnel_engine::EngineError;
+use runnel_wire::ProtocolError;
 
 use crate::handlers::leader_retry::Retry;
 use crate::headers::names;
@@ -15,6 +16,9 @@ use crate::headers::names;
 pub enum ApiError {
     /// Malformed request: 400 with the reason.
     BadRequest(String),
+    /// Headers, query or path the protocol's parsers refuse
+    /// (`runnel_wire`): 400 with the reason.
+    Malformed(ProtocolError),
     /// Body over the configured limit.
     PayloadTooLarge(u64),
     /// The client sent no part of the body for this long: 408, and the
@@ -50,6 +54,12 @@ pub enum ApiError {
 impl ApiError {
     pub fn bad(reason: impl Into<String>) -> ApiError {
         ApiError::BadRequest(reason.into())
+    }
+}
+
+impl From<ProtocolError> for ApiError {
+    fn from(e: ProtocolError) -> Self {
+        ApiError::Malformed(e)
     }
 }
 
@@ -91,6 +101,7 @@ impl IntoResponse for ApiError {
                 return subscription_error(&e)
             }
             ApiError::BadRequest(reason) => (StatusCode::BAD_REQUEST, reason),
+            ApiError::Malformed(e) => (StatusCode::BAD_REQUEST, e.to_string()),
             ApiError::BodyStalled(after) => {
                 headers.insert(http::header::CONNECTION, HeaderValue::from_static("close"));
                 (

@@ -8,15 +8,12 @@
 //! may do what ([`auth`]), and the subscription APIs with their webhook
 //! and pull-wake delivery ([`subscriptions`]). It holds no stream state of its own.
 
-pub mod auth;
 pub mod connection;
 pub mod console;
-pub mod cursor;
 pub mod direct_connection;
 pub mod error;
 pub mod forward;
 pub mod handlers;
-pub mod headers;
 pub mod listener;
 pub mod memory;
 pub mod metrics;
@@ -24,6 +21,12 @@ pub mod routes;
 pub mod subscriptions;
 mod tls;
 pub mod unread_body;
+
+// Access control, and the protocol's parsers, are leaf crates (the fuzz
+// targets build against them without the server); the server's modules
+// reach them by their old paths.
+pub use runnel_auth as auth;
+pub use runnel_wire::{cursor, headers};
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -405,7 +408,14 @@ where
         };
         match next {
             NextRequest::Sse(request) => {
-                if let Err(e) = direct_connection::serve(io, respond, *request, stop, common).await
+                if let Err(e) = direct_connection::serve(
+                    io,
+                    respond,
+                    connection::sse_request(*request),
+                    stop,
+                    common,
+                )
+                .await
                 {
                     tracing::debug!(error = %e, "SSE connection ended with an error");
                 }
@@ -422,7 +432,7 @@ where
                     }
                     Err(request) => {
                         let head_only = request.method() == http::Method::HEAD;
-                        let request = match request.into_request() {
+                        let request = match connection::into_request(*request) {
                             Ok(request) => request,
                             // Parts the `http` types reject: hyper answers.
                             Err(whole) => return Some((io, whole)),

@@ -15,7 +15,8 @@
 //! ([`transport::Served`]) for whoever is this node ([`transport::PeerIdentity`]);
 //! [`group`] is the [`crate::GroupEngine`] a client proposes to;
 //! [`starter`] starts each group's Raft (again, for a copy taken back);
-//! [`runtime`] is openraft's runtime with seedable randomness;
+//! [`runtime`] is openraft's runtime with seedable randomness (in
+//! `runnel-wire`, with the [`TypeConfig`] that names it);
 //! [`read_barrier`] makes a leader's reads linearizable; [`vote_guard`]
 //! keeps a node that lost its disk from voting; [`transfer`] moves a
 //! group's leadership without waiting out a lease (the mechanism: mute,
@@ -40,7 +41,6 @@
 pub mod group;
 pub(crate) mod journal;
 pub(crate) mod read_barrier;
-pub mod runtime;
 pub(crate) mod snapshot;
 pub mod starter;
 pub(crate) mod state_machine;
@@ -50,97 +50,15 @@ pub(crate) mod vote_guard;
 
 use std::fmt;
 
-use runnel_core::{Applied, CoreError};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// A batch of proposals as replicated: `[len: u32 LE][encoded Entry]...`,
-/// each entry's data last within its item.
-#[derive(Clone, Default, Serialize, Deserialize)]
-pub struct AppRequest(#[serde(with = "serde_bytes")] pub Vec<u8>);
+// The Raft types and the application data of openraft's requests live
+// in `runnel-wire` (what a peer sends decodes without the engine).
+pub use runnel_wire::raft::runtime;
+pub use runnel_wire::raft::{
+    AppRequest, ApplyOutcome, BatchError, LogId, NodeId, RaftEntry, TypeConfig, Vote,
+};
 
-impl AppRequest {
-    pub fn push(&mut self, entry: &runnel_core::Entry) {
-        let at = self.0.len();
-        self.0.extend_from_slice(&[0; 4]);
-        entry.encode_into(&mut self.0);
-        let len = (self.0.len() - at - 4) as u32;
-        self.0[at..at + 4].copy_from_slice(&len.to_le_bytes());
-    }
-
-    /// The encoded entries with their offsets in the batch.
-    pub fn items(&self) -> impl Iterator<Item = Result<(usize, &[u8]), BatchError>> + '_ {
-        let mut at = 0;
-        std::iter::from_fn(move || {
-            if at >= self.0.len() {
-                return None;
-            }
-            let item = self.0[at..]
-                .first_chunk::<4>()
-                .map(|len| u32::from_le_bytes(*len) as usize)
-                .filter(|len| at + 4 + len <= self.0.len())
-                .map(|len| (at + 4, &self.0[at + 4..at + 4 + len]))
-                .ok_or(BatchError::Truncated { at });
-            at = match &item {
-                Ok((start, bytes)) => start + bytes.len(),
-                Err(_) => self.0.len(),
-            };
-            Some(item)
-        })
-    }
-}
-
-impl fmt::Debug for AppRequest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "AppRequest({} bytes)", self.0.len())
-    }
-}
-
-/// Why an item of a replicated batch could not be read (the leader
-/// encoded it: a bug, which every node meets alike).
-#[derive(Debug, thiserror::Error)]
-pub enum BatchError {
-    #[error("truncated batch item at byte {at}")]
-    Truncated { at: usize },
-    #[error(transparent)]
-    Entry(#[from] runnel_core::CodecError),
-}
-
-/// What applying a batch answered, one result per proposal, handed to the
-/// proposers on the leader. It never crosses the network: clients reach
-/// the leader through HTTP forwarding, so it serializes as nothing.
-#[derive(Debug, Clone, Default)]
-pub struct ApplyOutcome(pub Vec<Result<Applied, CoreError>>);
-
-impl Serialize for ApplyOutcome {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        serializer.serialize_unit()
-    }
-}
-
-impl<'de> Deserialize<'de> for ApplyOutcome {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        <()>::deserialize(deserializer)?;
-        Ok(ApplyOutcome::default())
-    }
-}
-
-openraft::declare_raft_types!(
-    /// Runnel's Raft types: node ids are numbers, nodes are known by their
-    /// Raft address.
-    pub TypeConfig:
-        D = AppRequest,
-        R = ApplyOutcome,
-        NodeId = u64,
-        Node = openraft::BasicNode,
-        Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = std::io::Cursor<Vec<u8>>,
-        AsyncRuntime = runtime::RunnelRuntime,
-);
-
-pub type NodeId = u64;
-pub type LogId = openraft::LogId<NodeId>;
-pub type Vote = openraft::Vote<NodeId>;
-pub type RaftEntry = openraft::Entry<TypeConfig>;
 pub type Raft = openraft::Raft<TypeConfig>;
 pub type StorageError = openraft::StorageError<NodeId>;
 

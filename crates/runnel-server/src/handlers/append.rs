@@ -130,7 +130,7 @@ pub fn direct(
                     // Leadership moved under the append: when repeating it
                     // is harmless, the general path waits for the group's
                     // new leader and tries again.
-                    if let Ok(mut general) = (*request).into_request() {
+                    if let Ok(mut general) = crate::connection::into_request(*request) {
                         if retry.allows_append(general.headers()) {
                             general.extensions_mut().insert(peer);
                             // Boxed: the rare path keeps the append's future small.

@@ -6,7 +6,7 @@ use runnel_core::StreamInfo;
 
 use super::{header_value, offset_header};
 use crate::error::ApiError;
-use crate::headers::names;
+use crate::headers::{self, names};
 use crate::AppState;
 
 pub fn head(app: AppState, name: String) -> Result<Response, ApiError> {
@@ -34,11 +34,7 @@ pub(super) fn metadata_headers(info: &StreamInfo, headers: &mut HeaderMap) {
     if let Some(ttl) = info.ttl_secs {
         headers.insert(names::STREAM_TTL, HeaderValue::from(ttl));
     }
-    if let Some(at) = info
-        .expires_at_ms
-        .and_then(chrono::DateTime::from_timestamp_millis)
-    {
-        let text = at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    if let Some(text) = info.expires_at_ms.and_then(headers::render_expires_at) {
         headers.insert(names::STREAM_EXPIRES_AT, header_value(&text));
     }
 }

@@ -57,7 +57,7 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
         .strip_prefix(PREFIX)
         .and_then(|rest| rest.strip_suffix("/members"))
         .ok_or(ApiError::NotFound)
-        .and_then(|g| strict_integer(g, "the group"))?;
+        .and_then(|g| Ok(strict_integer(g, "the group")?))?;
     let group = u32::try_from(group).map_err(|_| ApiError::bad("no such group"))?;
     let (mut add, mut learn, mut addr, mut changes) = (None, None, None, Vec::new());
     for pair in request.uri().query().unwrap_or("").split('&') {

@@ -41,7 +41,10 @@ use crate::AppState;
 pub const SERVED_BY: http::HeaderName = http::HeaderName::from_static("runnel-served-by");
 
 pub async fn stream(app: AppState, request: Request) -> Response {
-    let target = match headers::stream_name(request.uri().path()).and_then(Target::of) {
+    let target = match headers::stream_name(request.uri().path())
+        .map_err(ApiError::from)
+        .and_then(Target::of)
+    {
         Ok(target) => target,
         Err(e) => return e.into_response(),
     };

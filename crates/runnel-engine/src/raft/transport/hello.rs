@@ -4,87 +4,27 @@
 //! [`crate::cluster::identity`]), and a node that reaches another node
 //! than the one it dialed (an address reused by a replacement) hangs up.
 //!
-//! The hello is an ordinary request frame of kind [`KIND_HELLO`] (request
-//! id 0, group 0). Its body, and the body of a successful answer, is a
-//! [`Hello`]:
-//!
-//! ```text
-//! [version: u8 = 1][node id: u64][cluster id length: u8][cluster id: UTF-8]
-//! ```
-//!
-//! with an empty cluster id for a node that knows none yet. A later
-//! version keeps these fields in place and adds its own after them, which
-//! this version ignores, so nodes of a later build can still greet this
-//! one. A refusal carries the reason; [`RETIRED`] in place of the `ok`
-//! byte tells a node that it was removed from the cluster for good.
+//! The hello's bytes ([`Hello`], its version and codec) are
+//! `runnel_wire::raft::hello`'s; this module holds the exchange: the
+//! dialer's [`greet`] and the listener's [`answer`].
 
 use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 
-use super::{read_frame, request_frame, PeerIdentity, CONNECT_TIMEOUT, KIND_HELLO};
+use runnel_wire::raft::frame::{read_frame, request_frame, RequestHead, KIND_HELLO};
+use runnel_wire::raft::hello::{decode, Hello, RETIRED};
+
+use super::{PeerIdentity, CONNECT_TIMEOUT};
 use crate::error::HelloError;
 use crate::raft::NodeId;
 
-/// The answer's status byte for a node removed for good (1 is "ok", 0 a
-/// refusal for another reason).
-pub(super) const RETIRED: u8 = 2;
-
-/// The version of the [`Hello`] this build sends.
-const HELLO_VERSION: u8 = 1;
-
-/// A hello, or the answer to one: who sends it, and the cluster it
-/// knows, if any.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Hello {
-    pub node: NodeId,
-    pub cluster_id: Option<String>,
-}
-
-impl Hello {
-    fn of(identity: &dyn PeerIdentity) -> Hello {
-        Hello {
-            node: identity.node_id(),
-            cluster_id: identity.cluster_id().map(str::to_string),
-        }
+/// This node's hello.
+fn hello_of(identity: &dyn PeerIdentity) -> Hello {
+    Hello {
+        node: identity.node_id(),
+        cluster_id: identity.cluster_id().map(str::to_string),
     }
-
-    fn encode(&self) -> Vec<u8> {
-        let id = self.cluster_id.as_deref().unwrap_or_default().as_bytes();
-        let mut out = vec![HELLO_VERSION];
-        out.extend_from_slice(&self.node.to_le_bytes());
-        // Cluster ids are at most 64 bytes (`cluster_meta::validate`).
-        out.push(id.len() as u8);
-        out.extend_from_slice(id);
-        out
-    }
-}
-
-/// Decodes a hello, or the answer to one.
-pub(super) fn decode(body: &[u8]) -> Result<Hello, HelloError> {
-    let (&version, rest) = body.split_first().ok_or(HelloError::Empty)?;
-    if version == 0 {
-        return Err(HelloError::VersionZero);
-    }
-    let (node, rest) = rest.split_first_chunk::<8>().ok_or(HelloError::NoNodeId)?;
-    let (&len, rest) = rest.split_first().ok_or(HelloError::NoClusterId)?;
-    let (id, later_fields) = rest
-        .split_at_checked(len as usize)
-        .ok_or(HelloError::CutShort)?;
-    if version == HELLO_VERSION && !later_fields.is_empty() {
-        return Err(HelloError::TrailingBytes);
-    }
-    let cluster_id = if id.is_empty() {
-        None
-    } else {
-        let id = std::str::from_utf8(id).map_err(|_| HelloError::NotUtf8)?;
-        runnel_core::cluster_meta::validate(id).map_err(HelloError::BadClusterId)?;
-        Some(id.to_string())
-    };
-    Ok(Hello {
-        node: u64::from_le_bytes(*node),
-        cluster_id,
-    })
 }
 
 /// The dialing side: sends this node's hello to node `peer` at `addr` and
@@ -96,7 +36,7 @@ pub(super) async fn greet(
     peer: NodeId,
     addr: &str,
 ) -> Result<(), HelloError> {
-    let body = Hello::of(identity).encode();
+    let body = hello_of(identity).encode();
     let exchange = async {
         writer
             .write_all(&request_frame(0, KIND_HELLO, 0, &body))
@@ -111,7 +51,7 @@ pub(super) async fn greet(
     let refusal = || HelloError::Refused(String::from_utf8_lossy(&frame[9..]).into_owned());
     match frame.get(8) {
         Some(1) => {
-            let answer = decode(&frame[9..])?;
+            let answer = decode(&frame[9..]).map_err(HelloError::Decode)?;
             if answer.node != peer {
                 return Err(HelloError::WrongNode {
                     addr: addr.to_string(),
@@ -140,12 +80,13 @@ pub(super) fn answer(
 ) -> (u8, Vec<u8>) {
     // The refusal's text is what the dialer reports.
     let refused = |reason: HelloError| (0, reason.to_string().into_bytes());
-    if first.len() < 13 || first[8] != KIND_HELLO {
-        return refused(HelloError::NotAHello);
-    }
-    let hello = match decode(&first[13..]) {
+    let body = match RequestHead::split(first) {
+        Some((head, body)) if head.kind == KIND_HELLO => body,
+        _ => return refused(HelloError::NotAHello),
+    };
+    let hello = match decode(body) {
         Ok(hello) => hello,
-        Err(reason) => return refused(reason),
+        Err(reason) => return refused(reason.into()),
     };
     if let Err(reason) = identity.admits(hello.cluster_id.as_deref()) {
         return refused(reason);
@@ -154,7 +95,7 @@ pub(super) fn answer(
         let reason = HelloError::RetiredNode(hello.node).to_string();
         return (RETIRED, reason.into_bytes());
     }
-    (1, Hello::of(identity).encode())
+    (1, hello_of(identity).encode())
 }
 
 #[cfg(test)]
@@ -284,47 +225,12 @@ mod tests {
         let (near, far) = tokio::io::duplex(1 << 16);
         let serving = tokio::spawn(serve_connection(far, listener(Some("prod"))));
         let (mut reader, mut writer) = tokio::io::split(near);
-        let probe = request_frame(9, crate::raft::transport::KIND_PROBE, 0, &[]);
+        let probe = request_frame(9, runnel_wire::raft::frame::KIND_PROBE, 0, &[]);
         writer.write_all(&probe).await.unwrap();
         let answer = read_frame(&mut reader).await.unwrap();
         assert_eq!(answer[8], 0, "refused");
         assert!(String::from_utf8_lossy(&answer[9..]).contains("must open with a hello"));
         serving.await.unwrap();
         assert!(read_frame(&mut reader).await.is_err(), "closed");
-    }
-
-    #[test]
-    fn hellos_round_trip_and_bad_ones_are_refused() {
-        for cluster_id in [None, Some("prod-1".to_string())] {
-            let hello = Hello {
-                node: 3,
-                cluster_id,
-            };
-            assert_eq!(decode(&hello.encode()).unwrap(), hello);
-        }
-        let raw = |version: u8, id: &[u8], after: &[u8]| {
-            let mut body = vec![version];
-            body.extend_from_slice(&3u64.to_le_bytes());
-            body.push(id.len() as u8);
-            body.extend_from_slice(id);
-            body.extend_from_slice(after);
-            body
-        };
-        assert_eq!(
-            decode(&raw(2, b"prod", b"later fields"))
-                .unwrap()
-                .cluster_id,
-            Some("prod".into()),
-            "a later version's extra fields are skipped"
-        );
-        assert!(decode(&raw(1, b"prod", b"x")).is_err(), "trailing bytes");
-        assert!(decode(&raw(0, b"prod", b"")).is_err(), "version 0");
-        assert!(decode(&raw(1, b"a b", b"")).is_err());
-        assert!(decode(&raw(1, &[0xff], b"")).is_err());
-        let mut cut = raw(1, b"prod", b"");
-        cut.pop();
-        assert!(decode(&cut).is_err(), "cut short");
-        assert!(decode(&[]).is_err());
-        assert!(decode(&[1, 2, 3]).is_err(), "no node id");
     }
 }

@@ -12,11 +12,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, oneshot};
 
-use super::{
-    hello, read_frame, request_frame, write_frames, LeaderView, ListRequest, PeerGroup,
-    PeerIdentity, CONNECT_TIMEOUT, KIND_HANDOFF, KIND_LEADER, KIND_LIST, KIND_PROBE,
+use runnel_wire::raft::frame::{
+    read_frame, request_frame, ListRequest, PeerRequest, KIND_HANDOFF, KIND_LEADER, KIND_PROBE,
     KIND_READ_INDEX,
 };
+
+use super::{hello, write_frames, LeaderView, PeerGroup, PeerIdentity, CONNECT_TIMEOUT};
 use crate::error::PeerError;
 use crate::metrics::histogram::Histogram;
 use crate::metrics::PeerMetrics;
@@ -169,12 +170,13 @@ impl PeerLink {
 
     /// A page of `group`'s streams from this peer, its leader.
     pub async fn list(&self, group: u32, request: &ListRequest) -> Result<Vec<Listed>, PeerError> {
-        let body = bincode::serialize(request).map_err(|e| PeerError::Encode {
+        let request = PeerRequest::List(request.clone());
+        let body = request.encode().map_err(|e| PeerError::Encode {
             what: "listing request",
             reason: e.to_string(),
         })?;
         let reply = self
-            .call(KIND_LIST, group, &body, Duration::from_secs(5))
+            .call(request.kind(), group, &body, Duration::from_secs(5))
             .await?;
         bincode::deserialize(&reply).map_err(|e| undecodable("listing", e))
     }

@@ -4,18 +4,14 @@
 
 use std::sync::Arc;
 
-use openraft::raft::{AppendEntriesRequest, InstallSnapshotRequest, VoteRequest};
+use runnel_wire::raft::frame::{
+    decode_request, read_frame, status_frame, PeerRequest, RequestHead,
+};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
-use super::{
-    hello, read_frame, response_frame, status_frame, write_frames, ServeError, Served,
-    CONNECT_TIMEOUT, KIND_APPEND, KIND_HANDOFF, KIND_HELLO, KIND_LEADER, KIND_LIST, KIND_PROBE,
-    KIND_READ_INDEX, KIND_SNAPSHOT, KIND_VOTE,
-};
-use crate::error::HelloError;
-use crate::raft::{NodeId, TypeConfig};
+use super::{hello, response_frame, write_frames, ServeError, Served, CONNECT_TIMEOUT};
 
 /// Answers the Raft RPCs of every group arriving on `listener`, over
 /// mutual TLS when `tls` is given.
@@ -75,68 +71,17 @@ pub(super) async fn serve_connection(
         return;
     }
     while let Ok(frame) = read_frame(&mut reader).await {
-        if frame.len() < 13 {
+        let Some((head, _)) = RequestHead::split(&frame) else {
             tracing::warn!("short raft request frame; closing the connection");
             break;
-        }
-        let id = u64::from_le_bytes(frame[..8].try_into().expect("8 bytes"));
-        let kind = frame[8];
-        let group = u32::from_le_bytes(frame[9..13].try_into().expect("4 bytes"));
+        };
         let (served, responses) = (Arc::clone(&served), responses.clone());
         tokio::spawn(async move {
-            let answer = answer(&served, kind, group, &frame[13..]).await;
-            let _ = responses.send(response_frame(id, answer));
+            let body = RequestHead::split(&frame).map_or(&[][..], |(_, body)| body);
+            let answer = answer(&served, head.kind, head.group, body).await;
+            let _ = responses.send(response_frame(head.id, answer));
         });
     }
-}
-
-/// Why a request frame's body did not decode.
-#[derive(Debug, thiserror::Error)]
-pub enum RequestError {
-    #[error("undecodable raft request: {0}")]
-    Undecodable(#[from] bincode::Error),
-    #[error("a handover request without a role")]
-    NoRole,
-    #[error(transparent)]
-    Hello(#[from] HelloError),
-    #[error("unknown raft request kind {0}")]
-    UnknownKind(u8),
-}
-
-/// A peer's request, decoded from the body of its frame.
-pub enum PeerRequest {
-    Append(AppendEntriesRequest<TypeConfig>),
-    Vote(VoteRequest<NodeId>),
-    Snapshot(InstallSnapshotRequest<TypeConfig>),
-    Probe,
-    ReadIndex,
-    /// A leader hands its group over (the role it asks for).
-    Handoff(u8),
-    /// Who leads the group ([`super::LeaderView`]).
-    Leader,
-    /// A page of the group's streams ([`super::ListRequest`]).
-    List(super::ListRequest),
-    /// Who the peer is and the cluster id it knows (only the first
-    /// request of a connection: see [`hello`]).
-    Hello(super::Hello),
-}
-
-/// Decodes the body of a request frame of `kind`: all of it comes from
-/// whoever reached the Raft port, so nothing here may panic or allocate
-/// without bound (fuzzed: `fuzz/fuzz_targets/raft_frame.rs`).
-pub fn decode_request(kind: u8, body: &[u8]) -> Result<PeerRequest, RequestError> {
-    Ok(match kind {
-        KIND_APPEND => PeerRequest::Append(bincode::deserialize(body)?),
-        KIND_VOTE => PeerRequest::Vote(bincode::deserialize(body)?),
-        KIND_SNAPSHOT => PeerRequest::Snapshot(bincode::deserialize(body)?),
-        KIND_PROBE => PeerRequest::Probe,
-        KIND_READ_INDEX => PeerRequest::ReadIndex,
-        KIND_HANDOFF => PeerRequest::Handoff(*body.first().ok_or(RequestError::NoRole)?),
-        KIND_HELLO => PeerRequest::Hello(hello::decode(body)?),
-        KIND_LEADER => PeerRequest::Leader,
-        KIND_LIST => PeerRequest::List(bincode::deserialize(body)?),
-        other => return Err(RequestError::UnknownKind(other)),
-    })
 }
 
 async fn answer(served: &Served, kind: u8, group: u32, body: &[u8]) -> Result<Vec<u8>, ServeError> {

@@ -8,6 +8,10 @@
 //! response: [id: u64][ok: u8][bincode body | error text]
 //! ```
 //!
+//! The frames, the request kinds and their bodies' codec live in
+//! `runnel_wire::raft::frame` (with the hello's codec), so that what a
+//! peer sends is decoded, and fuzzed, without the engine.
+//!
 //! A node listens for Raft traffic on its HTTP port plus one (see
 //! [`raft_addr`]). Requests are answered as they complete, so a slow
 //! append of one group does not hold up the votes of another.
@@ -30,7 +34,8 @@ use std::time::Duration;
 
 use openraft::network::RaftNetworkFactory;
 use runnel_core::listing::Listed;
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use runnel_wire::raft::frame::status_frame;
+use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::sync::mpsc;
 
 use super::{NodeId, TypeConfig};
@@ -48,38 +53,16 @@ mod tcp;
 
 pub use crate::api::{http_addr, raft_addr, AddrError};
 pub use crate::error::{HelloError, PeerError};
-pub use hello::Hello;
 pub use link::{Links, PeerLink};
 pub(crate) use listener::serve;
-pub use listener::{decode_request, PeerRequest, RequestError};
 pub use network::{GroupNetwork, NetworkFactory};
 pub(crate) use queries::{leader_listing, leader_read_index, PeerQueries};
-pub use queries::{LeaderMembers, LeaderView, ListRequest, MAX_LISTED};
+pub use queries::{LeaderMembers, LeaderView, MAX_LISTED};
+pub use runnel_wire::raft::frame::{decode_request, ListRequest, PeerRequest, RequestError};
+pub use runnel_wire::raft::hello::Hello;
 pub use served::{PeerGroup, PeerIdentity, ServeError, Served};
 pub(crate) use tcp::TcpTransport;
 
-const KIND_APPEND: u8 = 1;
-const KIND_VOTE: u8 = 2;
-const KIND_SNAPSHOT: u8 = 3;
-/// How the receiver's copy of a group stands ([`PeerGroup`]): a node that
-/// lost its disk must rejoin its groups, not found them anew.
-const KIND_PROBE: u8 = 4;
-/// The leader's read index: the log index a follower must apply before
-/// serving a read (the leader confirms it still leads first).
-const KIND_READ_INDEX: u8 = 5;
-/// A part in a leadership transfer (see [`super::transfer`]); the body is
-/// the role.
-const KIND_HANDOFF: u8 = 6;
-/// The first request on a connection (see [`hello`]).
-const KIND_HELLO: u8 = 7;
-/// Who leads a group, as the receiver knows it ([`LeaderView`]): asked by
-/// a node that holds no copy of the group, to route to its leader.
-const KIND_LEADER: u8 = 8;
-/// A page of the streams of a group the receiver leads ([`ListRequest`]):
-/// asked by a node listing streams of a group it holds no copy of.
-const KIND_LIST: u8 = 9;
-/// Largest frame accepted (a batch of entries of the largest record size).
-const MAX_FRAME: usize = 256 << 20;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// Writes queued frames, flushing once the queue is empty (frames queued
@@ -100,17 +83,6 @@ async fn write_frames(
     }
 }
 
-/// A request frame, its length prefix included.
-fn request_frame(id: u64, kind: u8, group: u32, body: &[u8]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(17 + body.len());
-    frame.extend_from_slice(&((13 + body.len()) as u32).to_le_bytes());
-    frame.extend_from_slice(&id.to_le_bytes());
-    frame.push(kind);
-    frame.extend_from_slice(&group.to_le_bytes());
-    frame.extend_from_slice(body);
-    frame
-}
-
 /// A response frame to request `id`, its length prefix included: the
 /// answer's body, or the reason it failed.
 fn response_frame(id: u64, answer: Result<Vec<u8>, ServeError>) -> Vec<u8> {
@@ -118,28 +90,6 @@ fn response_frame(id: u64, answer: Result<Vec<u8>, ServeError>) -> Vec<u8> {
         Ok(body) => status_frame(id, 1, &body),
         Err(reason) => status_frame(id, 0, reason.to_string().as_bytes()),
     }
-}
-
-/// A response frame with the status byte given (1 for ok).
-fn status_frame(id: u64, status: u8, body: &[u8]) -> Vec<u8> {
-    let mut frame = Vec::with_capacity(13 + body.len());
-    frame.extend_from_slice(&((9 + body.len()) as u32).to_le_bytes());
-    frame.extend_from_slice(&id.to_le_bytes());
-    frame.push(status);
-    frame.extend_from_slice(body);
-    frame
-}
-
-async fn read_frame(reader: &mut (impl AsyncReadExt + Unpin)) -> std::io::Result<Vec<u8>> {
-    let len = reader.read_u32_le().await? as usize;
-    if len > MAX_FRAME {
-        return Err(std::io::Error::other(format!(
-            "raft frame of {len} bytes exceeds the limit"
-        )));
-    }
-    let mut frame = vec![0u8; len];
-    reader.read_exact(&mut frame).await?;
-    Ok(frame)
 }
 
 /// How a cluster member reaches its peers: [`TcpTransport`] in

@@ -13,8 +13,9 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use openraft::BasicNode;
+use runnel_wire::raft::frame::PeerRequest;
 
-use super::{Links, PeerLink, KIND_APPEND, KIND_SNAPSHOT, KIND_VOTE};
+use super::{Links, PeerLink};
 use crate::raft::{NodeId, TypeConfig};
 
 /// Creates the per-target clients of one group.
@@ -45,14 +46,8 @@ impl RaftNetworkFactory<TypeConfig> for NetworkFactory {
 type RpcResult<T, E = RaftError<NodeId>> = Result<T, RPCError<NodeId, BasicNode, E>>;
 
 impl GroupNetwork {
-    async fn rpc<Req, Resp, E>(
-        &self,
-        kind: u8,
-        request: &Req,
-        option: &RPCOption,
-    ) -> RpcResult<Resp, E>
+    async fn rpc<Resp, E>(&self, request: PeerRequest, option: &RPCOption) -> RpcResult<Resp, E>
     where
-        Req: serde::Serialize,
         Resp: serde::de::DeserializeOwned,
         E: std::error::Error + serde::de::DeserializeOwned,
     {
@@ -61,10 +56,11 @@ impl GroupNetwork {
             .link
             .as_ref()
             .ok_or_else(|| unreachable(format!("node {} is not among the peers", self.target)))?;
-        let body = bincode::serialize(request)
+        let body = request
+            .encode()
             .map_err(|e| RPCError::Network(NetworkError::new(&io(e.to_string()))))?;
         let reply = link
-            .call(kind, self.group, &body, option.hard_ttl())
+            .call(request.kind(), self.group, &body, option.hard_ttl())
             .await
             .map_err(|e| unreachable(e.to_string()))?;
         let answer: Result<Resp, E> = bincode::deserialize(&reply)
@@ -83,7 +79,7 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
         rpc: AppendEntriesRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<AppendEntriesResponse<NodeId>> {
-        self.rpc(KIND_APPEND, &rpc, &option).await
+        self.rpc(PeerRequest::Append(rpc), &option).await
     }
 
     async fn install_snapshot(
@@ -91,7 +87,7 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
         rpc: InstallSnapshotRequest<TypeConfig>,
         option: RPCOption,
     ) -> RpcResult<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>> {
-        self.rpc(KIND_SNAPSHOT, &rpc, &option).await
+        self.rpc(PeerRequest::Snapshot(rpc), &option).await
     }
 
     async fn vote(
@@ -99,7 +95,7 @@ impl RaftNetwork<TypeConfig> for GroupNetwork {
         rpc: VoteRequest<NodeId>,
         option: RPCOption,
     ) -> RpcResult<VoteResponse<NodeId>> {
-        self.rpc(KIND_VOTE, &rpc, &option).await
+        self.rpc(PeerRequest::Vote(rpc), &option).await
     }
 
     fn backoff(&self) -> Backoff {

@@ -2,9 +2,10 @@
 //! side of it: a group leader's read index, who leads a group this node
 //! holds no copy of ([`LeaderView`], see [`crate::cluster::hosting`]),
 //! and a page of such a group's streams, or the named ones
-//! ([`ListRequest`]).
+//! ([`ListRequest`], capped at [`MAX_LISTED`]).
 
 use runnel_core::listing::Listed;
+use runnel_wire::raft::frame::ListRequest;
 
 use super::{ServeError, Transport};
 use crate::api::BoxFuture;
@@ -124,18 +125,6 @@ impl<T: Transport> PeerQueries for T {
     fn handoff(&self, node: NodeId, group: u32, role: u8) -> BoxFuture<'_, Result<(), PeerError>> {
         Transport::handoff(self, node, group, role)
     }
-}
-
-/// A page of a group's streams: those named with `prefix`, after `after`,
-/// at most `limit` (capped at [`MAX_LISTED`]); or, with `names`, those of
-/// these names that are live (the subscriptions' delivery follows streams
-/// in groups its node holds no copy of by them).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct ListRequest {
-    pub prefix: String,
-    pub after: Option<String>,
-    pub limit: u32,
-    pub names: Option<Vec<String>>,
 }
 
 /// The leader's side of a listing: once leadership is confirmed and every

@@ -30,9 +30,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use sha2::{Digest, Sha256};
 
-use super::grants::{GrantError, GrantSpec, Grants};
-use super::jwt::{JwtConfig, JwtConfigError, JwtVerifier};
-use super::rate::{RateLimitError, RateSpec};
+use crate::grants::{GrantError, GrantSpec, Grants};
+use crate::jwt::{JwtConfig, JwtConfigError, JwtVerifier};
+use crate::rate::{RateLimitError, RateSpec};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -220,7 +220,7 @@ fn parse_sha256(hex: &str) -> Option<[u8; 32]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::grants::Operation;
+    use crate::grants::Operation;
 
     fn hex(bytes: &[u8]) -> String {
         bytes.iter().map(|b| format!("{b:02x}")).collect()

@@ -15,7 +15,7 @@ use base64::Engine;
 use ring::{hmac, signature};
 use serde::Deserialize;
 
-use super::grants::{GrantError, GrantSpec, Grants};
+use crate::grants::{GrantError, GrantSpec, Grants};
 
 /// The `[jwt]` section of the auth file.
 #[derive(Debug, Deserialize)]
@@ -421,7 +421,7 @@ fn parse_jwks(text: &str) -> Result<Vec<VerifyingKey>, JwksError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::auth::grants::Operation;
+    use crate::grants::Operation;
     use ring::rand::SystemRandom;
     use ring::signature::KeyPair;
 

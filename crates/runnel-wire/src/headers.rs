@@ -1,12 +1,11 @@
 //! Protocol header names and the parsing of request headers, query
-//! strings and stream paths. Every parse failure is a one-line reason for
-//! a 400.
+//! strings and stream paths. Every parse failure is a [`ProtocolError`]:
+//! a one-line reason for a 400.
 
 use http::{HeaderMap, HeaderName};
 use runnel_core::Producer;
 
-use crate::connection::RawRequest;
-use crate::error::ApiError;
+use crate::error::ProtocolError;
 
 /// Header names (lower case, as HTTP/2 and `http` want them), made once:
 /// looking a header up by name as text would parse the name every time.
@@ -69,79 +68,87 @@ impl Lookup for HeaderMap {
     }
 }
 
-impl Lookup for RawRequest {
-    fn value(&self, name: &HeaderName) -> Option<&[u8]> {
-        self.header(name.as_str())
-    }
-}
-
 /// A header as text, if present: visible ASCII (and tabs) only, as
 /// `HeaderValue::to_str` takes it, trimmed.
 pub fn text<'a>(
     headers: &'a (impl Lookup + ?Sized),
     name: &HeaderName,
-) -> Result<Option<&'a str>, ApiError> {
+) -> Result<Option<&'a str>, ProtocolError> {
     let Some(value) = headers.value(name) else {
         return Ok(None);
     };
     let visible = |b: &u8| *b == b'\t' || (0x20..0x7f).contains(b);
     match std::str::from_utf8(value) {
         Ok(text) if value.iter().all(visible) => Ok(Some(text.trim())),
-        _ => Err(ApiError::bad(format!("{name} header is not visible ASCII"))),
+        _ => Err(ProtocolError::NotVisibleAscii(name.clone())),
     }
 }
 
 /// A non-negative decimal integer without sign, leading zeros, fraction or
 /// exponent, at most 2^53 - 1.
-pub fn strict_integer(value: &str, what: &str) -> Result<u64, ApiError> {
+pub fn strict_integer(value: &str, what: &'static str) -> Result<u64, ProtocolError> {
     let canonical = !value.is_empty()
         && value.bytes().all(|b| b.is_ascii_digit())
         && (value == "0" || !value.starts_with('0'));
     let parsed = canonical.then(|| value.parse::<u64>().ok()).flatten();
     match parsed {
         Some(n) if n <= MAX_SAFE_INTEGER => Ok(n),
-        _ => Err(ApiError::bad(format!(
-            "{what} must be a non-negative integer without sign or leading zeros, at most 2^53-1; got {value:?}"
-        ))),
+        _ => Err(ProtocolError::NotAnInteger {
+            what,
+            value: value.to_string(),
+        }),
     }
 }
 
 /// `Stream-TTL` in seconds.
-pub fn ttl(headers: &(impl Lookup + ?Sized)) -> Result<Option<u64>, ApiError> {
+pub fn ttl(headers: &(impl Lookup + ?Sized)) -> Result<Option<u64>, ProtocolError> {
     text(headers, &names::STREAM_TTL)?
         .map(|v| strict_integer(v, "Stream-TTL"))
         .transpose()
 }
 
-/// `Stream-Expires-At` as Unix milliseconds.
-pub fn expires_at(headers: &(impl Lookup + ?Sized)) -> Result<Option<i64>, ApiError> {
+/// `Stream-Expires-At` as Unix milliseconds. A time whose UTC form falls
+/// outside the years 0000 to 9999 is refused: RFC 3339 cannot write it,
+/// so the server could not echo it (found by fuzzing: a leap second at
+/// the end of 9999 was taken, and rendered as year +10000).
+pub fn expires_at(headers: &(impl Lookup + ?Sized)) -> Result<Option<i64>, ProtocolError> {
     text(headers, &names::STREAM_EXPIRES_AT)?
         .map(|v| {
-            chrono::DateTime::parse_from_rfc3339(v)
-                .map(|t| t.timestamp_millis())
-                .map_err(|e| {
-                    ApiError::bad(format!(
-                        "Stream-Expires-At is not an RFC 3339 timestamp: {e}"
-                    ))
-                })
+            let at =
+                chrono::DateTime::parse_from_rfc3339(v).map_err(ProtocolError::NotATimestamp)?;
+            let ms = at.timestamp_millis();
+            // The year of the instant in milliseconds, where a leap
+            // second has rolled over into the next one.
+            let year =
+                chrono::DateTime::from_timestamp_millis(ms).map(|t| chrono::Datelike::year(&t));
+            if !year.is_some_and(|y| (0..=9999).contains(&y)) {
+                return Err(ProtocolError::TimestampOutOfRange(v.to_string()));
+            }
+            Ok(ms)
         })
         .transpose()
 }
 
+/// `Stream-Expires-At` as the server writes it (RFC 3339 in UTC, to the
+/// millisecond): what [`expires_at`] reads back as `ms`. `None` for a
+/// time outside what a timestamp can say.
+pub fn render_expires_at(ms: i64) -> Option<String> {
+    chrono::DateTime::from_timestamp_millis(ms)
+        .map(|at| at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+}
+
 /// `Stream-Closed: true` (any other value but `false` is refused).
-pub fn closed(headers: &(impl Lookup + ?Sized)) -> Result<bool, ApiError> {
+pub fn closed(headers: &(impl Lookup + ?Sized)) -> Result<bool, ProtocolError> {
     match text(headers, &names::STREAM_CLOSED)? {
         None => Ok(false),
         Some(v) if v.eq_ignore_ascii_case("true") => Ok(true),
         Some(v) if v.eq_ignore_ascii_case("false") => Ok(false),
-        Some(v) => Err(ApiError::bad(format!(
-            "Stream-Closed must be true or false; got {v:?}"
-        ))),
+        Some(v) => Err(ProtocolError::NotABoolean(v.to_string())),
     }
 }
 
 /// The three producer headers: all or none.
-pub fn producer(headers: &(impl Lookup + ?Sized)) -> Result<Option<Producer>, ApiError> {
+pub fn producer(headers: &(impl Lookup + ?Sized)) -> Result<Option<Producer>, ProtocolError> {
     let id = text(headers, &names::PRODUCER_ID)?;
     let epoch = text(headers, &names::PRODUCER_EPOCH)?;
     let seq = text(headers, &names::PRODUCER_SEQ)?;
@@ -149,7 +156,7 @@ pub fn producer(headers: &(impl Lookup + ?Sized)) -> Result<Option<Producer>, Ap
         (None, None, None) => Ok(None),
         (Some(id), Some(epoch), Some(seq)) => {
             if id.is_empty() {
-                return Err(ApiError::bad("Producer-Id must not be empty"));
+                return Err(ProtocolError::EmptyProducerId);
             }
             Ok(Some(Producer {
                 id: id.to_string(),
@@ -157,14 +164,12 @@ pub fn producer(headers: &(impl Lookup + ?Sized)) -> Result<Option<Producer>, Ap
                 seq: strict_integer(seq, "Producer-Seq")?,
             }))
         }
-        _ => Err(ApiError::bad(
-            "Producer-Id, Producer-Epoch and Producer-Seq must be sent together",
-        )),
+        _ => Err(ProtocolError::PartialProducer),
     }
 }
 
 /// Decodes `%XX` escapes; refuses malformed escapes and non-UTF-8 results.
-pub fn percent_decode(raw: &str) -> Result<String, ApiError> {
+pub fn percent_decode(raw: &str) -> Result<String, ProtocolError> {
     let bytes = raw.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
@@ -174,7 +179,7 @@ pub fn percent_decode(raw: &str) -> Result<String, ApiError> {
                 .get(i + 1..i + 3)
                 .and_then(|h| std::str::from_utf8(h).ok())
                 .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| ApiError::bad("malformed percent-escape"))?;
+                .ok_or(ProtocolError::MalformedEscape)?;
             out.push(hex);
             i += 3;
         } else {
@@ -182,7 +187,7 @@ pub fn percent_decode(raw: &str) -> Result<String, ApiError> {
             i += 1;
         }
     }
-    String::from_utf8(out).map_err(|_| ApiError::bad("percent-escapes do not decode to UTF-8"))
+    String::from_utf8(out).map_err(|_| ProtocolError::EscapesNotUtf8)
 }
 
 /// Encodes a stream name for a request path: what [`percent_decode`]
@@ -200,10 +205,10 @@ pub fn encode_path(name: &str) -> String {
 }
 
 /// The stream name from a request path or a `Stream-Forked-From` value.
-pub fn stream_name(path: &str) -> Result<String, ApiError> {
+pub fn stream_name(path: &str) -> Result<String, ProtocolError> {
     let raw = path
         .strip_prefix(STREAM_PREFIX)
-        .ok_or_else(|| ApiError::bad(format!("stream paths start with {STREAM_PREFIX}")))?;
+        .ok_or(ProtocolError::NotAStreamPath(STREAM_PREFIX))?;
     // Most names have no escapes: then there is nothing to decode.
     let name = if raw.contains('%') {
         percent_decode(raw)?
@@ -211,15 +216,13 @@ pub fn stream_name(path: &str) -> Result<String, ApiError> {
         raw.to_string()
     };
     if name.is_empty() {
-        return Err(ApiError::bad("stream name is empty"));
+        return Err(ProtocolError::EmptyName);
     }
     if name.len() > MAX_NAME_BYTES {
-        return Err(ApiError::bad(format!(
-            "stream name exceeds {MAX_NAME_BYTES} bytes"
-        )));
+        return Err(ProtocolError::NameTooLong(MAX_NAME_BYTES));
     }
     if name.chars().any(char::is_control) {
-        return Err(ApiError::bad("stream name contains control characters"));
+        return Err(ProtocolError::ControlCharacters);
     }
     Ok(name)
 }
@@ -234,7 +237,7 @@ pub struct ReadQuery {
 
 /// Parses the query string; unknown parameters are ignored, repeated
 /// known ones refused.
-pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
+pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ProtocolError> {
     let mut q = ReadQuery::default();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
@@ -245,9 +248,7 @@ pub fn read_query(query: Option<&str>) -> Result<ReadQuery, ApiError> {
             _ => continue,
         };
         if slot.is_some() {
-            return Err(ApiError::bad(format!(
-                "query parameter {key} appears more than once"
-            )));
+            return Err(ProtocolError::RepeatedParameter(key.to_string()));
         }
         *slot = Some(percent_decode(&value.replace('+', " "))?);
     }
@@ -296,6 +297,27 @@ mod tests {
         let q = read_query(Some("offset=0%201&foo=bar&live=sse")).unwrap();
         assert_eq!(q.offset.as_deref(), Some("0 1"));
         assert_eq!(q.live.as_deref(), Some("sse"));
+    }
+
+    #[test]
+    fn expiry_times_render_back_or_are_refused() {
+        let mut h = HeaderMap::new();
+        for (sent, ok) in [
+            ("2030-01-01T00:00:00Z", true),
+            ("9999-12-31T23:59:59.999Z", true),
+            ("9999-12-31T23:59:60.099Z", false),
+            ("9999-12-31T23:00:00-01:00", false),
+            ("0000-01-01T00:00:00+01:00", false),
+        ] {
+            h.insert(names::STREAM_EXPIRES_AT, sent.parse().unwrap());
+            let parsed = expires_at(&h);
+            assert_eq!(parsed.is_ok(), ok, "{sent}: {parsed:?}");
+            if let Ok(Some(ms)) = parsed {
+                let rendered = render_expires_at(ms).unwrap();
+                h.insert(names::STREAM_EXPIRES_AT, rendered.parse().unwrap());
+                assert_eq!(expires_at(&h), Ok(Some(ms)), "{sent} as {rendered}");
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
-//! Access control: who a request comes from, what it may do, and how
-//! often. Off unless the server runs with `--auth-file`.
+//! Access control for Runnel: who a request comes from, what it may do,
+//! and how often. The server uses it only when it runs with
+//! `--auth-file`; this crate owns every decision, the server only turns a
+//! [`Refusal`] into its HTTP status (in `runnel-server`'s `error.rs`).
 //!
 //! - [`policy`]: the auth file: bearer tokens (stored as SHA-256 hashes),
 //!   grants for requests without credentials, JWT keys, rate limits, and
@@ -18,6 +20,10 @@
 //! for the nodes' internal `$pin` requests.
 //!
 //! Credentials never reach a log line: principals are logged by name.
+//!
+//! A leaf crate (it depends on `http`, `ring` and the parsers only), so
+//! that the credentials fuzz target (`fuzz/fuzz_targets/credentials.rs`)
+//! builds without the server.
 
 pub mod grants;
 pub mod jwt;
