@@ -22,6 +22,7 @@
 #
 #   scripts/fuzz.sh                        # CI: every target, 20 s each
 #   scripts/fuzz.sh json_body raft_frame   # some targets
+#   scripts/fuzz.sh --shard 1/2            # every other target (CI's lanes)
 #   FUZZ_SECS=1800 FUZZ_JOBS=2 scripts/fuzz.sh   # nightly: 30 min each,
 #                                          # two processes (-fork=2)
 #   scripts/fuzz.sh --seeds                # rewrite fuzz/seeds from their
@@ -47,8 +48,22 @@ esac
 
 all=(http_head offsets_and_cursors protocol_headers json_body raft_frame log_record
   checkpoint fork_material credentials)
-targets=("$@")
-[ ${#targets[@]} = 0 ] && targets=("${all[@]}")
+# --shard K/N: the Kth of N near-equal shares of every target (CI runs
+# two shares side by side, in lanes that would otherwise wait).
+if [ "${1:-}" = --shard ]; then
+  [[ "${2:-}" =~ ^([0-9]+)/([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] &&
+    [ "${BASH_REMATCH[1]}" -le "${BASH_REMATCH[2]}" ] ||
+    { echo "fuzz.sh: --shard takes K/N with 1 <= K <= N, not '${2:-}'" >&2; exit 2; }
+  shard=${BASH_REMATCH[1]} shards=${BASH_REMATCH[2]}
+  shift 2
+  targets=()
+  for i in "${!all[@]}"; do
+    [ $((i % shards)) = $((shard - 1)) ] && targets+=("${all[$i]}")
+  done
+else
+  targets=("$@")
+  [ ${#targets[@]} = 0 ] && targets=("${all[@]}")
+fi
 secs=${FUZZ_SECS:-20}
 jobs=${FUZZ_JOBS:-1}
 

@@ -7,6 +7,7 @@
 mod common;
 
 mod auth;
+mod auth_cluster;
 mod bench;
 mod cluster;
 mod cluster_id;
