@@ -22,6 +22,7 @@
 #
 #   scripts/fuzz.sh                        # CI: every target, 20 s each
 #   scripts/fuzz.sh json_body raft_frame   # some targets
+#   scripts/fuzz.sh --build                # build every target, run none
 #   scripts/fuzz.sh --shard 1/2            # every other target (CI's lanes)
 #   FUZZ_SECS=1800 FUZZ_JOBS=2 scripts/fuzz.sh   # nightly: 30 min each,
 #                                          # two processes (-fork=2)
@@ -48,9 +49,14 @@ esac
 
 all=(http_head offsets_and_cursors protocol_headers json_body raft_frame log_record
   checkpoint fork_material credentials)
-# --shard K/N: the Kth of N near-equal shares of every target (CI runs
-# two shares side by side, in lanes that would otherwise wait).
-if [ "${1:-}" = --shard ]; then
+# --build: build every target and run none (CI builds them while other
+# lanes run, then fuzzes in two shards).
+# --shard K/N: the Kth of N near-equal shares of every target.
+build_only=
+if [ "${1:-}" = --build ]; then
+  build_only=1
+  targets=("${all[@]}")
+elif [ "${1:-}" = --shard ]; then
   [[ "${2:-}" =~ ^([0-9]+)/([0-9]+)$ ]] && [ "${BASH_REMATCH[1]}" -ge 1 ] &&
     [ "${BASH_REMATCH[1]}" -le "${BASH_REMATCH[2]}" ] ||
     { echo "fuzz.sh: --shard takes K/N with 1 <= K <= N, not '${2:-}'" >&2; exit 2; }
@@ -82,6 +88,7 @@ started=$(date +%s)
 RUSTFLAGS="$rustflags" cargo build --release --locked --target "$triple" \
   --config 'profile.release.debug="line-tables-only"' "${bins[@]}"
 echo "built in $(($(date +%s) - started)) s"
+[ -n "$build_only" ] && exit 0
 bin=target/$triple/release
 
 for target in "${targets[@]}"; do

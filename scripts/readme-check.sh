@@ -5,7 +5,8 @@
 #   exactly as printed, from the repository's root. After scripts/test.sh
 #   has built everything it must compile nothing (the binary CI tested is
 #   the one it runs): a "Compiling" line fails the check. It must serve
-#   http://127.0.0.1:4437 within a minute.
+#   http://127.0.0.1:4437 within a minute of cargo running it (cargo may
+#   first wait on another cargo command's lock on the target directory).
 # - The second command must be what .ci/run runs.
 # - The lines of "## Try it" run against it one by one; a line whose
 #   comment looks like output (starting with `[`, `{` or `"`) must print
@@ -50,13 +51,25 @@ echo "readme-check: running README's first command: $serve"
 started=$(date +%s.%N)
 bash -c "exec $serve" >"$work/serve.out" 2>"$work/serve.err" &
 server_pid=$!
-deadline=$((SECONDS + ${README_SERVE_WAIT_SECS:-60}))
+# Cargo may first wait for another cargo command in the same target
+# directory to finish (CI's lanes run several); the minute to serve
+# starts once cargo runs the binary. A wait past 10 minutes fails too.
+lock_deadline=$((SECONDS + 600))
+deadline=
 until curl -sf -o /dev/null http://127.0.0.1:4437/health; do
   if ! kill -0 "$server_pid" 2>/dev/null; then
     cat "$work/serve.err" >&2
     fail "the server exited before it served"
   fi
-  [ "$SECONDS" -lt "$deadline" ] || { tail -20 "$work/serve.err" >&2; fail "nothing served on 127.0.0.1:4437"; }
+  if grep -q "Compiling" "$work/serve.err"; then
+    grep "Compiling" "$work/serve.err" | head -5 >&2
+    fail "README's command compiled crates again: the tested build is not the one it runs"
+  fi
+  if [ -z "$deadline" ] && grep -q "Running \`" "$work/serve.err"; then
+    deadline=$((SECONDS + ${README_SERVE_WAIT_SECS:-60}))
+  fi
+  [ "$SECONDS" -lt "${deadline:-$lock_deadline}" ] ||
+    { tail -20 "$work/serve.err" >&2; fail "nothing served on 127.0.0.1:4437"; }
   sleep 0.2
 done
 echo "readme-check: serving $(python3 -c "import time; print(f'{time.time() - $started:.1f}')") s after the command"

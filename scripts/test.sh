@@ -2,16 +2,18 @@
 # Sets up and runs every test of the project (CI runs exactly this):
 #
 # 1. in turn: the test dependencies (scripts/install-test-deps.sh, pinned),
-#    cargo fmt, and one build of everything (the workspace's tests, the
-#    server, the test-only runnel-faulty, the fault harnesses);
-# 2. then five lanes side by side, each running its stages in turn. Most
+#    cargo fmt, clippy, and one build of everything (the workspace's tests,
+#    the server, the test-only runnel-faulty, the fault harnesses);
+# 2. then six lanes side by side, each running its stages in turn. Most
 #    stages wait on clocks, networks and disks rather than on the two
-#    cores, so lanes overlap them, and the CPU-bound checks that gate
-#    nothing (clippy, fuzzing) go last in the lanes that finish first:
+#    cores, so lanes overlap them:
 #    - rust: the unit, property and simulation tests, and the simulation
 #      shown to catch stale reads;
 #    - e2e: the end-to-end tests (crates/runnel/tests/it: real server
-#      processes, clusters, an S3 server for tiering); then clippy;
+#      processes, clusters, an S3 server for tiering);
+#    - fuzz: the fuzz targets built (plain cargo with libFuzzer's
+#      instrumentation, in fuzz/target), then half of them run for a
+#      bounded time each from the committed seeds;
 #    - protocol: the conformance suite five ways at once (tiering every
 #      append; a 3-node cluster tiering to a shared store; a cluster while
 #      another process saturates the disk and a CPU; HTTPS; HTTP/2 through
@@ -20,9 +22,7 @@
 #      Chromium; README's commands as printed (scripts/readme-check.sh);
 #    - power: power loss on runnel-faultfs (a single node, and one node of a
 #      cluster during replica moves; a server that never fsyncs must be
-#      caught losing acknowledged appends), IO errors; then half of the
-#      fuzz targets for a bounded time each (plain cargo with libFuzzer's
-#      instrumentation, from the committed seeds);
+#      caught losing acknowledged appends), IO errors;
 #    - network: partitions between namespaced nodes while members change
 #      (runnel-netfault, fixed seeds), and a server serving stale reads,
 #      which must be caught; then the other half of the fuzz targets.
@@ -47,6 +47,8 @@ stage "installing test dependencies"
 scripts/install-test-deps.sh
 stage "cargo fmt --check"
 cargo fmt --all -- --check
+stage "cargo clippy"
+cargo clippy --release --workspace --all-targets --locked -- -D warnings
 stage "building the workspace and its tests"
 cargo test --release --workspace --locked --no-run
 # `cargo test` links a package's binaries only for its integration tests:
@@ -110,13 +112,16 @@ lane_rust() {
     target/release/runnel-sim --unsafe-stale-reads --scenario faults --seed 1
 }
 
-# Every fuzz target, 20 s each, in two shares (scripts/fuzz.sh --shard).
-fuzz() { env FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh --shard "$1"; }
+# Every fuzz target, 20 s each: built once, then run in two shards, one
+# here and one at the end of the network lane.
+fuzz() { env FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh "$@"; }
+lane_fuzz() {
+  run fuzz build fuzz --build
+  run fuzz fuzz-1-of-2 fuzz --shard 1/2
+}
 
 lane_e2e() {
   run e2e end-to-end cargo test --release --locked -p runnel --test it -- --test-threads 6
-  # After the build, whose build scripts and proc-macros it reuses.
-  run e2e clippy cargo clippy --release --workspace --all-targets --locked -- -D warnings
 }
 
 # Tiering on thresholds so small that most reads cross from tiered
@@ -159,7 +164,6 @@ lane_power() {
   run power cluster-power-loss "${faultfs[@]}" FAULTFS_MODE=cluster-power-loss \
     scripts/power-loss.sh "$bin"
   run power io-errors "${faultfs[@]}" scripts/io-errors.sh "$bin"
-  run power fuzz-1-of-2 fuzz 1/2
 }
 
 netfault=(env NETFAULT_BIN=target/release/runnel-netfault)
@@ -172,7 +176,7 @@ lane_network() {
     "${netfault[@]}" SEEDS=1 DURATION=30 RUNNEL_UNSAFE_STALE_READS=1 scripts/partitions.sh "$faulty"
   run network no-fault-is-refused expect_failure "^UNTESTED no-faults:" \
     "${netfault[@]}" SEEDS=1 DURATION=0 scripts/partitions.sh "$bin"
-  run network fuzz-2-of-2 fuzz 2/2
+  run network fuzz-2-of-2 fuzz --shard 2/2
 }
 
 stage "running the lanes"
@@ -181,6 +185,7 @@ lane_e2e &
 lane_protocol &
 lane_power &
 lane_network &
+lane_fuzz &
 wait
 
 if [ -s "$logs/failed" ]; then
