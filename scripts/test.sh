@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Sets up and runs every test of the project (CI runs exactly this):
 #
-# 1. in turn: the test dependencies (scripts/install-test-deps.sh, pinned),
-#    cargo fmt, clippy, and one build of everything (the workspace's tests,
-#    the server, the test-only runnel-faulty, the fault harnesses);
+# 1. in turn: cargo fmt, clippy, and one build of everything (the
+#    workspace's tests, the server, the test-only runnel-faulty, the fault
+#    harnesses), while the test dependencies are installed
+#    (scripts/install-test-deps.sh, pinned) and the fuzz targets built in
+#    the background;
 # 2. then six lanes side by side, each running its stages in turn. Most
 #    stages wait on clocks, networks and disks rather than on the two
 #    cores, so lanes overlap them:
@@ -11,9 +13,9 @@
 #      shown to catch stale reads;
 #    - e2e: the end-to-end tests (crates/runnel/tests/it: real server
 #      processes, clusters, an S3 server for tiering);
-#    - fuzz: the fuzz targets built (plain cargo with libFuzzer's
-#      instrumentation, in fuzz/target), then half of them run for a
-#      bounded time each from the committed seeds;
+#    - fuzz: half of the fuzz targets (built with plain cargo and
+#      libFuzzer's instrumentation, in fuzz/target), each run for a
+#      bounded time from the committed seeds;
 #    - protocol: the conformance suite five ways at once (tiering every
 #      append; a 3-node cluster tiering to a shared store; a cluster while
 #      another process saturates the disk and a CPU; HTTPS; HTTP/2 through
@@ -42,25 +44,6 @@ stage() { echo "== [$(elapsed) s] $*"; }
 logs=$root/target/ci-logs
 rm -rf "$logs"
 mkdir -p "$logs"
-
-stage "installing test dependencies"
-scripts/install-test-deps.sh
-stage "cargo fmt --check"
-cargo fmt --all -- --check
-stage "cargo clippy"
-cargo clippy --release --workspace --all-targets --locked -- -D warnings
-stage "building the workspace and its tests"
-cargo test --release --workspace --locked --no-run
-# `cargo test` links a package's binaries only for its integration tests:
-# the fault harnesses have none, so the binaries are built here (the
-# libraries are shared with the test build: nothing else compiles).
-cargo build --release --workspace --locked --bins
-bin=$root/target/release/runnel
-faulty=$root/target/release/runnel-faulty
-for built in "$bin" "$faulty" target/release/runnel-faultfs target/release/runnel-netfault \
-  target/release/runnel-sim; do
-  [ -x "$built" ] || { echo "test.sh: $built was not built" >&2; exit 1; }
-done
 
 # run LANE NAME COMMAND...: one stage of a lane, logged; its status is
 # recorded, and a failure does not stop the lane's later stages.
@@ -103,6 +86,44 @@ expect_failure() {
   rm -f "$out"
 }
 
+# Every fuzz target, 20 s each: built once (in the background, below),
+# then run in two shards, one in a lane of its own and one at the end of
+# the network lane.
+fuzz() { env FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh "$@"; }
+
+# While clippy and the build keep the cores busy, the test dependencies
+# are installed (mostly network and disk) and the fuzz targets are built
+# (in fuzz/target, with their own instrumentation); the lanes wait for
+# both.
+stage "installing the test dependencies and building the fuzz targets, in the background"
+trap 'kill $(jobs -p) 2>/dev/null || true' EXIT
+run setup install-test-deps scripts/install-test-deps.sh &
+setup_pid=$!
+run fuzz build fuzz --build &
+fuzz_build_pid=$!
+stage "cargo fmt --check"
+cargo fmt --all -- --check
+stage "cargo clippy"
+cargo clippy --release --workspace --all-targets --locked -- -D warnings
+stage "building the workspace and its tests"
+cargo test --release --workspace --locked --no-run
+# `cargo test` links a package's binaries only for its integration tests:
+# the fault harnesses have none, so the binaries are built here (the
+# libraries are shared with the test build: nothing else compiles).
+cargo build --release --workspace --locked --bins
+bin=$root/target/release/runnel
+faulty=$root/target/release/runnel-faulty
+for built in "$bin" "$faulty" target/release/runnel-faultfs target/release/runnel-netfault \
+  target/release/runnel-sim; do
+  [ -x "$built" ] || { echo "test.sh: $built was not built" >&2; exit 1; }
+done
+stage "waiting for the test dependencies and the fuzz build"
+wait "$setup_pid" "$fuzz_build_pid"
+if grep -q "^setup\." "$logs/failed" 2>/dev/null; then
+  stage "FAILED: the test dependencies could not be installed"
+  exit 1
+fi
+
 lane_rust() {
   run rust unit-and-simulation cargo test --release --workspace --locked --exclude runnel
   run rust server-units cargo test --release --locked -p runnel --lib --bins
@@ -112,11 +133,7 @@ lane_rust() {
     target/release/runnel-sim --unsafe-stale-reads --scenario faults --seed 1
 }
 
-# Every fuzz target, 20 s each: built once, then run in two shards, one
-# here and one at the end of the network lane.
-fuzz() { env FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh "$@"; }
 lane_fuzz() {
-  run fuzz build fuzz --build
   run fuzz fuzz-1-of-2 fuzz --shard 1/2
 }
 
