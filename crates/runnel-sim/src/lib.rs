@@ -27,7 +27,7 @@
 //! | [`net`] | the simulated network: delays, loss, isolation; the peers' answers |
 //! | [`workload`] | the producers and readers, and the history they record |
 //! | [`checks`] | convergence of the replicas and the history's check |
-//! | [`scenarios`] | the schedules: faults, membership, replicas, transfer, lost-disk |
+//! | [`scenarios`] | the schedules: faults, membership, churn, replicas, transfer, lost-disk |
 //! | [`run`] | one seed of one scenario on its own thread, and its [`Outcome`] |
 //!
 //! `cargo test -p runnel-sim` runs the seeds CI runs (1 to 8 of each

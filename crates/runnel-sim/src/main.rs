@@ -33,8 +33,8 @@ use runnel_sim::{run_seed, Outcome, Scenario};
     group = clap::ArgGroup::new("which seeds").required(true).args(["seed", "seeds"])
 )]
 struct Args {
-    /// The scenario to run: faults, membership, replicas, transfer,
-    /// lost-disk, or all of them.
+    /// The scenario to run: faults, membership, churn, replicas,
+    /// transfer, lost-disk, or all of them.
     #[arg(long, default_value = "all", value_name = "NAME|all")]
     scenario: String,
     /// Runs this one seed (to replay a failure).
