@@ -24,10 +24,11 @@
 #      Chromium; README's commands as printed (scripts/readme-check.sh);
 #    - power: power loss on runnel-faultfs (a single node, and one node of a
 #      cluster during replica moves; a server that never fsyncs must be
-#      caught losing acknowledged appends), IO errors;
+#      caught losing acknowledged appends), IO errors; then the other
+#      half of the fuzz targets;
 #    - network: partitions between namespaced nodes while members change
 #      (runnel-netfault, fixed seeds), and a server serving stale reads,
-#      which must be caught; then the other half of the fuzz targets.
+#      which must be caught.
 #
 # Every stage's output goes to target/ci-logs/LANE.STAGE.log; a failed
 # stage's log is printed. Each line says the seconds since the start: CI
@@ -88,7 +89,7 @@ expect_failure() {
 
 # Every fuzz target, 20 s each: built once (in the background, below),
 # then run in two shards, one in a lane of its own and one at the end of
-# the network lane.
+# the power lane.
 fuzz() { env FUZZ_SECS="${FUZZ_SECS:-20}" scripts/fuzz.sh "$@"; }
 
 # While clippy and the build keep the cores busy, the test dependencies
@@ -181,6 +182,8 @@ lane_power() {
   run power cluster-power-loss "${faultfs[@]}" FAULTFS_MODE=cluster-power-loss \
     scripts/power-loss.sh "$bin"
   run power io-errors "${faultfs[@]}" scripts/io-errors.sh "$bin"
+  # The lane that ends first.
+  run power fuzz-2-of-2 fuzz --shard 2/2
 }
 
 netfault=(env NETFAULT_BIN=target/release/runnel-netfault)
@@ -193,7 +196,6 @@ lane_network() {
     "${netfault[@]}" SEEDS=1 DURATION=30 RUNNEL_UNSAFE_STALE_READS=1 scripts/partitions.sh "$faulty"
   run network no-fault-is-refused expect_failure "^UNTESTED no-faults:" \
     "${netfault[@]}" SEEDS=1 DURATION=0 scripts/partitions.sh "$bin"
-  run network fuzz-2-of-2 fuzz --shard 2/2
 }
 
 stage "running the lanes"
