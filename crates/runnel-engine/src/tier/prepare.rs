@@ -122,6 +122,13 @@ async fn resolve(
             };
             match view.with_state(|s| s.fork_point(source, &asked)) {
                 Ok(point) => point,
+                // The append at `base` never changes, so a sub-offset past
+                // its end is refused now: by the time the command applied,
+                // tiering could have moved that append into an object,
+                // where applying cannot resolve it (a 500, not this 400).
+                Err(CoreError::SubOffsetOutOfRange) => {
+                    return Err(EngineError::Core(CoreError::SubOffsetOutOfRange))
+                }
                 Err(_) => return Ok(()),
             }
         }
