@@ -7,6 +7,7 @@
 # - Debian's nftables, for the partition test's packet drops;
 # - Debian's openssl, for the TLS tests' throwaway certificates;
 # - Debian's chromium, for the console's browser test;
+# - Debian's nginx (light), the caching proxy of the cache test;
 # - Debian's mold, the linker CI builds with.
 # Re-running it is cheap: each part is skipped when already installed at
 # the pinned versions.
@@ -55,6 +56,25 @@ if ! command -v openssl >/dev/null; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q "openssl=$openssl_version" >/dev/null ||
     { apt-get update -q >/dev/null && apt-get install -y -q "openssl=$openssl_version" >/dev/null; }
+fi
+
+# The cache test puts Debian's nginx in front of the server
+# (scripts/cache-proxy.sh); the package's own service is not started.
+nginx_version=1.22.1-9+deb12u7
+if [ "$(dpkg-query -W -f='${Version}' nginx-light 2>/dev/null)" != "$nginx_version" ]; then
+  echo "== installing nginx-light $nginx_version (cache test)"
+  export DEBIAN_FRONTEND=noninteractive
+  # Keep the package's scripts from starting a server on port 80 (a
+  # policy already in place, as container images have, is kept).
+  own_policy=
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  apt-get install -y -q "nginx-light=$nginx_version" "nginx-common=$nginx_version" >/dev/null ||
+    { apt-get update -q >/dev/null &&
+      apt-get install -y -q "nginx-light=$nginx_version" "nginx-common=$nginx_version" >/dev/null; }
+  if [ -n "$own_policy" ]; then rm -f /usr/sbin/policy-rc.d; fi
 fi
 
 # The console's browser test drives Debian's chromium (scripts/console-test.sh).

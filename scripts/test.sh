@@ -196,6 +196,17 @@ lane_network() {
     "${netfault[@]}" SEEDS=1 DURATION=30 RUNNEL_UNSAFE_STALE_READS=1 scripts/partitions.sh "$faulty"
   run network no-fault-is-refused expect_failure "^UNTESTED no-faults:" \
     "${netfault[@]}" SEEDS=1 DURATION=0 scripts/partitions.sh "$bin"
+  # Readers through nginx: long-polls and catch-up storms collapse, nothing
+  # private leaks, nothing of a deleted stream comes back. A careless
+  # cache must be caught leaking, and an origin that forbids caching
+  # must be caught costing a long-poll per reader.
+  run network cache-proxy env READERS="1000 5000" SECS=15 scripts/cache-proxy.sh "$bin"
+  run network leaky-cache-is-caught expect_failure "^FAIL leaks: .* got the private bytes" \
+    scripts/cache-proxy.sh "$bin" --only leaks --break-cache
+  run network stale-cache-is-caught expect_failure "^FAIL recreate:" \
+    scripts/cache-proxy.sh "$bin" --only recreate --break-cache
+  run network uncached-origin-is-caught expect_failure "^FAIL collapse: the origin answered" \
+    env READERS=200 SECS=5 scripts/cache-proxy.sh "$bin" --only collapse --origin-no-cache
 }
 
 stage "running the lanes"

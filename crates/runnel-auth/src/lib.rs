@@ -165,6 +165,11 @@ impl Auth {
         self.policy().cluster_key.clone()
     }
 
+    /// Whether a request without credentials may read stream `name`.
+    pub fn readable_by_anyone(&self, name: &str) -> bool {
+        self.policy().anonymous.grants.allows(Operation::Read, name)
+    }
+
     /// Whether `credentials` allow `access` now.
     pub fn check(
         &self,

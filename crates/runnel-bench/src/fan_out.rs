@@ -1,6 +1,10 @@
-//! SSE fan-out: one stream, a writer at a fixed rate, N subscribers each
-//! on its own SSE connection. Every event carries its send time; each
-//! subscriber records publish-to-receive latency for every delivery.
+//! Fan-out: one stream, a writer at a fixed rate, N subscribers each on
+//! its own SSE connection (or following the stream by long-poll, with
+//! `--mode long-poll`), directly or through a cache (`--via`). Every event
+//! carries its send time, writer and sequence number; each subscriber
+//! records publish-to-receive latency for every delivery, and long-poll
+//! readers check they got every event once, in order. Against a Runnel
+//! origin, the requests and bytes that reached it are reported too.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -10,6 +14,7 @@ use bytes::Bytes;
 
 use crate::client::{classify, Connection, Outcome, Target};
 use crate::common::{self, now_us, CommonArgs, Progress};
+use crate::long_poll::{self, OriginCounts};
 use crate::sse_client::SseReader;
 use crate::stats::{process_cpu_secs, Counts, Latency};
 use crate::BenchError;
@@ -32,12 +37,49 @@ pub struct Args {
     /// Seconds to wait for all subscribers to connect.
     #[arg(long, default_value_t = 60.0)]
     pub connect_timeout_secs: f64,
+    /// How subscribers follow the stream.
+    #[arg(long, value_enum, default_value = "sse")]
+    pub mode: Mode,
+    /// Subscribers connect here (a caching proxy in front of the target)
+    /// instead of to the target; the writer and the metrics still go to
+    /// the target.
+    #[arg(long)]
+    pub via: Option<String>,
 }
 
-struct SubscriberResult {
-    /// Publish-to-receive time of every delivery, in microseconds.
-    latencies_us: Vec<u64>,
-    bytes: u64,
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Sse,
+    LongPoll,
+}
+
+/// What long-poll readers checked, over all of them.
+#[derive(Default)]
+struct ReaderChecks {
+    /// Readers that got every written event once, in order.
+    complete: u64,
+    duplicates: u64,
+    gaps: u64,
+    requests: u64,
+    empty: u64,
+    failed: u64,
+}
+
+impl ReaderChecks {
+    fn add(&mut self, r: &long_poll::ReaderResult, written: &[u64]) {
+        let all = r.next_seq.len() == written.len()
+            && r.next_seq
+                .iter()
+                .zip(written)
+                .all(|(got, sent)| got == sent);
+        self.complete += u64::from(all && r.duplicates == 0 && r.gaps == 0);
+        self.duplicates += r.duplicates;
+        self.gaps += r.gaps;
+        self.requests += r.requests;
+        self.empty += r.empty;
+        self.failed += r.failed;
+    }
 }
 
 pub async fn run(args: Args) -> Result<(), BenchError> {
@@ -45,7 +87,20 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let style = args.common.api_style;
     let name = format!("fo-{}", common::run_id());
     let sse_path = style.sse_path(&name)?;
+    let stream_path = sse_path
+        .split_once('?')
+        .map_or(sse_path.as_str(), |(path, _)| path)
+        .to_string();
     common::create_streams(&targets, style, std::slice::from_ref(&name), "text/plain").await?;
+    let reader_targets = match &args.via {
+        Some(via) => {
+            let mut via = Target::parse(via)?;
+            via.token.clone_from(&targets[0].token);
+            vec![via]
+        }
+        None => targets.clone(),
+    };
+    let writers = args.writers.max(1);
 
     let ready = Arc::new(AtomicU64::new(0));
     let delivered = Arc::new(AtomicU64::new(0));
@@ -60,21 +115,28 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     };
     let mut subscribers = Vec::new();
     for i in 0..args.subscribers {
-        let target = targets[i % targets.len()].clone();
-        let (path, ready, delivered, stop) = (
-            sse_path.clone(),
-            Arc::clone(&ready),
-            Arc::clone(&delivered),
-            stop_rx.clone(),
-        );
-        subscribers.push(tokio::spawn(subscribe(
-            target,
-            path,
-            expected_events,
-            ready,
-            delivered,
-            stop,
-        )));
+        let target = reader_targets[i % reader_targets.len()].clone();
+        let (ready, delivered, stop) =
+            (Arc::clone(&ready), Arc::clone(&delivered), stop_rx.clone());
+        subscribers.push(match args.mode {
+            Mode::Sse => tokio::spawn(subscribe(
+                target,
+                sse_path.clone(),
+                expected_events,
+                ready,
+                delivered,
+                stop,
+            )),
+            Mode::LongPoll => tokio::spawn(long_poll::follow(
+                target,
+                stream_path.clone(),
+                writers,
+                expected_events,
+                ready,
+                delivered,
+                stop,
+            )),
+        });
     }
     let connect_deadline = Instant::now() + Duration::from_secs_f64(args.connect_timeout_secs);
     while (ready.load(Ordering::Relaxed) as usize) < args.subscribers {
@@ -90,8 +152,8 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
 
     // The writers: events at fixed times (or back to back), each stamped
     // with its send time.
+    let origin_before = OriginCounts::scrape(&targets).await;
     let cpu_start = process_cpu_secs();
-    let writers = args.writers.max(1);
     let start = Instant::now();
     let deadline = start + args.common.duration();
     let progress = Progress::start(
@@ -108,7 +170,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
             let mut counts = Counts::default();
             let Ok(mut conn) = Connection::open(&target).await else {
                 counts.error += 1;
-                return counts;
+                return (counts, 0);
             };
             let offset = if rate > 0.0 {
                 w as f64 / (rate * writers as f64)
@@ -124,7 +186,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
                     }
                     tokio::time::sleep_until(due.into()).await;
                 }
-                let payload = common::padded_payload(&format!("{}|", now_us()), payload_bytes);
+                let payload = long_poll::event_payload(w, sent, payload_bytes);
                 let outcome = match style
                     .append(&name, "text/plain", Bytes::from(payload))
                     .send(&mut conn)
@@ -136,21 +198,35 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
                 counts.add(outcome);
                 sent += 1;
             }
-            counts
+            (counts, sent)
         }));
     }
     let mut counts = Counts::default();
+    let mut written = Vec::new();
     for t in writer_tasks {
-        counts.merge(t.await.map_err(|e| BenchError::Setup(e.to_string()))?);
+        let (writer_counts, sent) = t.await.map_err(|e| BenchError::Setup(e.to_string()))?;
+        counts.merge(writer_counts);
+        written.push(sent);
     }
-    // Let the last deliveries arrive.
+    // Let the last deliveries arrive (through a cache, long-pollers may
+    // take a few rounds).
+    let expected = counts.ok * args.subscribers as u64;
+    let drain_deadline = Instant::now() + Duration::from_secs(10);
     tokio::time::sleep(Duration::from_millis(500)).await;
+    while delivered.load(Ordering::Relaxed) < expected && Instant::now() < drain_deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let elapsed = start.elapsed();
     let _ = stop_tx.send(true);
     drop(progress);
+    let origin = match (origin_before, OriginCounts::scrape(&targets).await) {
+        (Some(before), Some(after)) => Some(after.since(before)),
+        _ => None,
+    };
 
     let mut latency = Latency::default();
     let (mut deliveries, mut bytes) = (0, 0);
+    let mut checks = ReaderChecks::default();
     for s in subscribers {
         let r = s.await.map_err(|e| BenchError::Setup(e.to_string()))?;
         for us in &r.latencies_us {
@@ -158,13 +234,22 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         }
         deliveries += r.latencies_us.len() as u64;
         bytes += r.bytes;
+        checks.add(&r, &written);
     }
-    let expected = counts.ok * args.subscribers as u64;
     if !args.common.quiet {
         eprintln!(
             "events written {}, deliveries {deliveries} of {expected} expected",
             counts.ok
         );
+        if let Some(o) = origin {
+            eprintln!(
+                "origin: {} long-polls ({:.2} per event), {} catch-up reads, {} read bytes",
+                o.long_polls,
+                o.long_polls as f64 / counts.ok.max(1) as f64,
+                o.catch_ups,
+                o.read_bytes
+            );
+        }
     }
     common::finish(
         &args.common,
@@ -178,6 +263,19 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
             "events_written": counts.ok,
             "deliveries_expected": expected,
             "deliveries": deliveries,
+            "mode": args.mode,
+            "via": args.via,
+            "readers_complete": (args.mode == Mode::LongPoll).then_some(checks.complete),
+            "duplicates": checks.duplicates,
+            "gaps": checks.gaps,
+            "reader_requests": checks.requests,
+            "reader_empty_answers": checks.empty,
+            "reader_failures": checks.failed,
+            "origin_long_polls": origin.map(|o| o.long_polls),
+            "origin_long_polls_per_event": origin
+                .map(|o| o.long_polls as f64 / counts.ok.max(1) as f64),
+            "origin_catch_ups": origin.map(|o| o.catch_ups),
+            "origin_read_bytes": origin.map(|o| o.read_bytes),
         }),
         elapsed,
         counts,
@@ -200,7 +298,7 @@ async fn subscribe(
     ready: Arc<AtomicU64>,
     delivered: Arc<AtomicU64>,
     mut stop: tokio::sync::watch::Receiver<bool>,
-) -> SubscriberResult {
+) -> long_poll::ReaderResult {
     let mut latencies_us: Vec<u64> = Vec::with_capacity(expected_events);
     let mut bytes = 0u64;
     let mut counted_ready = false;
@@ -230,9 +328,10 @@ async fn subscribe(
             }
         }
     }
-    SubscriberResult {
+    long_poll::ReaderResult {
         latencies_us,
         bytes,
+        ..long_poll::ReaderResult::default()
     }
 }
 

@@ -2,7 +2,8 @@
 //! servers are compared on, speaking each server's own API.
 //!
 //! - [`multi_stream`]: N streams, one writer each, durable appends.
-//! - [`fan_out`]: one stream, one paced writer, N SSE subscribers;
+//! - [`fan_out`]: one stream, one paced writer, N SSE or long-poll
+//!   subscribers ([`long_poll`]), directly or through a cache;
 //!   publish-to-receive latency per delivery.
 //! - [`replay`]: N clients each fetch a pre-filled stream at once.
 //! - [`baseline`]: a no-op server on the same HTTP stack (the ceiling).
@@ -19,6 +20,7 @@ pub mod fan_out;
 pub mod history;
 pub mod leaders;
 pub mod log;
+pub mod long_poll;
 pub mod multi_stream;
 pub mod replay;
 pub mod report;
@@ -44,7 +46,8 @@ pub enum BenchError {
 pub enum BenchCommand {
     /// N streams, one writer each, appends with durable acknowledgements.
     MultiStream(multi_stream::Args),
-    /// One stream, a paced writer, N SSE subscribers.
+    /// One stream, a paced writer, N SSE or long-poll subscribers,
+    /// directly or through a cache (`--via`).
     FanOut(fan_out::Args),
     /// N clients fetch a full pre-filled stream each, all at once (the
     /// published benchmark calls it `bootstrap`).

@@ -1,7 +1,9 @@
 //! Catch-up replay: N clients, each on its own pre-filled stream (or all
 //! on one with `--per-client-stream false`), reconnect at the same moment
 //! and fetch everything. Measures each client's time from the reconnect
-//! to full state (connect included) and the bytes it received.
+//! to full state (connect included) and the bytes it received. With
+//! `--via`, the clients read through a cache in front of the server, and
+//! the bytes that reached a Runnel origin are reported.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -12,6 +14,7 @@ use bytes::Bytes;
 use crate::api::ApiStyle;
 use crate::client::{Connection, Target};
 use crate::common::{self, CommonArgs, Progress};
+use crate::long_poll::OriginCounts;
 use crate::stats::{process_cpu_secs, Counts, Latency};
 use crate::BenchError;
 
@@ -49,6 +52,10 @@ pub struct Args {
     /// compaction finish).
     #[arg(long, default_value_t = 0.0)]
     pub settle_secs: f64,
+    /// The clients read here (a caching proxy in front of the target);
+    /// filling and the metrics still go to the target.
+    #[arg(long)]
+    pub via: Option<String>,
 }
 
 pub async fn run(args: Args) -> Result<(), BenchError> {
@@ -76,6 +83,15 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         tokio::time::sleep(Duration::from_secs_f64(args.settle_secs)).await;
     }
 
+    let readers = match &args.via {
+        Some(via) => {
+            let mut via = Target::parse(via)?;
+            via.token.clone_from(&targets[0].token);
+            vec![via]
+        }
+        None => targets.clone(),
+    };
+    let origin_before = OriginCounts::scrape(&targets).await;
     let cpu_start = process_cpu_secs();
     let done = Arc::new(AtomicU64::new(0));
     let progress = Progress::start(
@@ -87,7 +103,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..args.clients {
-        let target = targets[i % targets.len()].clone();
+        let target = readers[i % readers.len()].clone();
         let name = names[i % names.len()].clone();
         let (done, pre_events, bootstrap) =
             (Arc::clone(&done), args.pre_events as u64, args.bootstrap);
@@ -112,6 +128,16 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     }
     let elapsed = start.elapsed();
     drop(progress);
+    let origin = match (origin_before, OriginCounts::scrape(&targets).await) {
+        (Some(before), Some(after)) => Some(after.since(before)),
+        _ => None,
+    };
+    if let (Some(o), false) = (origin, args.common.quiet) {
+        eprintln!(
+            "origin: {} catch-up reads, {} read bytes",
+            o.catch_ups, o.read_bytes
+        );
+    }
     common::finish(
         &args.common,
         if args.state_keys.is_some() {
@@ -128,6 +154,9 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
             "state_keys": args.state_keys,
             "bootstrap": args.bootstrap,
             "bytes_per_client": bytes.checked_div(counts.ok).unwrap_or(0),
+            "via": args.via,
+            "origin_catch_ups": origin.map(|o| o.catch_ups),
+            "origin_read_bytes": origin.map(|o| o.read_bytes),
         }),
         elapsed,
         counts,

@@ -16,7 +16,10 @@ pub enum CoreError {
     #[error("content type does not match the stream's")]
     ContentTypeMismatch,
     #[error("stream is closed")]
-    Closed { next_offset: Offset },
+    Closed {
+        next_offset: Offset,
+        incarnation: u64,
+    },
     #[error("Stream-Seq must be greater than the last one ({last})")]
     StreamSeqRegression { last: String },
     #[error("producer epoch is stale; current epoch is {current}")]
@@ -44,7 +47,7 @@ pub enum CoreError {
     #[error("stream would grow beyond the largest representable offset")]
     StreamFull,
     #[error("history before {earliest} was trimmed")]
-    Trimmed { earliest: Offset },
+    Trimmed { earliest: Offset, incarnation: u64 },
     #[error("a different snapshot is already stored at this offset")]
     SnapshotConflict,
     #[error("no snapshot at this offset")]

@@ -42,6 +42,7 @@ impl StreamsState {
             return Err(CoreError::SnapshotOffsetInvalid);
         }
         let s = self.streams.get_mut(&id).expect("live stream");
+        let incarnation = s.incarnation();
         let snapshot = SnapshotRef {
             offset: p.offset,
             placement: Placement::Log(loc),
@@ -64,12 +65,14 @@ impl StreamsState {
             }
             return Ok(Applied::SnapshotStored {
                 offset: Offset(p.offset),
+                incarnation,
                 created: true,
             });
         }
         match s.x().snapshots.get(&p.offset) {
             Some(existing) if existing.digest == p.digest => Ok(Applied::SnapshotStored {
                 offset: Offset(p.offset),
+                incarnation,
                 created: false,
             }),
             Some(_) => Err(CoreError::SnapshotConflict),
@@ -77,6 +80,7 @@ impl StreamsState {
                 s.x_mut().snapshots.insert(p.offset, snapshot);
                 Ok(Applied::SnapshotStored {
                     offset: Offset(p.offset),
+                    incarnation,
                     created: true,
                 })
             }
@@ -150,8 +154,10 @@ impl StreamsState {
             }
             self.changed.push(id);
         }
+        let s = &self.streams[&id];
         Ok(Applied::Trimmed {
-            earliest: Offset(self.streams[&id].earliest),
+            earliest: Offset(s.earliest),
+            incarnation: s.incarnation(),
         })
     }
 

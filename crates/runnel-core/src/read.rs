@@ -111,6 +111,7 @@ impl StreamsState {
         if start < s.earliest {
             return Err(CoreError::Trimmed {
                 earliest: Offset(s.earliest),
+                incarnation: s.incarnation(),
             });
         }
         if !self.is_boundary(s.id, start) {

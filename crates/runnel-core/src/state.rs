@@ -28,6 +28,8 @@ pub enum Applied {
     },
     Appended {
         next_offset: Offset,
+        /// The stream's incarnation, to mint `next_offset` with.
+        incarnation: u64,
         closed: bool,
         /// Producer epoch and highest accepted sequence, when the append
         /// carried producer headers.
@@ -53,12 +55,16 @@ pub enum Applied {
     },
     SnapshotStored {
         offset: Offset,
+        /// The stream's incarnation, to mint `offset` with.
+        incarnation: u64,
         /// False when an identical snapshot was already stored.
         created: bool,
     },
     SnapshotDeleted,
     Trimmed {
         earliest: Offset,
+        /// The stream's incarnation, to mint `earliest` with.
+        incarnation: u64,
     },
     /// Bytes moved to the object store (a chunk or a snapshot).
     Tiered {
@@ -94,6 +100,11 @@ pub enum Applied {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StreamInfo {
     pub id: StreamId,
+    /// Which life of its name this stream is: minted into every offset
+    /// (see [`crate::offset::incarnation`]).
+    pub incarnation: u64,
+    /// A fork, which also accepts the offsets its sources minted.
+    pub fork: bool,
     pub content_type: String,
     pub kind: ContentKind,
     pub next_offset: Offset,
@@ -103,9 +114,25 @@ pub struct StreamInfo {
 }
 
 impl StreamInfo {
+    /// The token of `offset` in this stream.
+    pub fn token(&self, offset: Offset) -> crate::offset::Token {
+        offset.token_in(self.incarnation)
+    }
+
+    /// Whether a read may start at a token of incarnation `epoch`: one
+    /// minted by this stream, or by no stream in particular (zeros), or,
+    /// for a fork, by a stream it was forked from (all older than it). A
+    /// token of an earlier stream of the same name is refused, so a reader
+    /// of a deleted stream cannot carry on into its successor's bytes.
+    pub fn accepts_incarnation(&self, epoch: u64) -> bool {
+        epoch == 0 || epoch == self.incarnation || (self.fork && epoch < self.incarnation)
+    }
+
     pub(crate) fn of(s: &StreamState) -> StreamInfo {
         StreamInfo {
             id: s.id,
+            incarnation: s.incarnation(),
+            fork: s.is_fork(),
             content_type: s.content_type.to_string(),
             kind: s.kind,
             next_offset: Offset(s.tail),
@@ -451,6 +478,7 @@ impl StreamsState {
                 if p.epoch == state.epoch && p.seq <= state.last_seq {
                     return Ok(Applied::Appended {
                         next_offset: Offset(s.tail),
+                        incarnation: s.incarnation(),
                         closed: s.closed,
                         producer: Some((state.epoch, state.last_seq)),
                         duplicate: true,
@@ -463,6 +491,7 @@ impl StreamsState {
                 s.touch(now);
                 return Ok(Applied::Appended {
                     next_offset: Offset(s.tail),
+                    incarnation: s.incarnation(),
                     closed: true,
                     producer: None,
                     duplicate: false,
@@ -470,6 +499,7 @@ impl StreamsState {
             }
             return Err(CoreError::Closed {
                 next_offset: Offset(s.tail),
+                incarnation: s.incarnation(),
             });
         }
         if !close_only {
@@ -512,6 +542,7 @@ impl StreamsState {
         s.touch(now);
         let applied = Applied::Appended {
             next_offset: Offset(s.tail),
+            incarnation: s.incarnation(),
             closed: s.closed,
             producer: a.producer.as_ref().map(|p| (p.epoch, p.seq)),
             duplicate: false,

@@ -162,6 +162,18 @@ pub(crate) struct Extras {
 static NO_EXTRAS: LazyLock<Extras> = LazyLock::new(Extras::default);
 
 impl StreamState {
+    /// See [`crate::offset::incarnation`].
+    pub fn incarnation(&self) -> u64 {
+        crate::offset::incarnation(self.id, self.created_at_ms)
+    }
+
+    /// Whether this stream was forked from another.
+    pub fn is_fork(&self) -> bool {
+        self.extras
+            .as_ref()
+            .is_some_and(|x| x.fork_spec.is_some() || x.base.is_some())
+    }
+
     /// The parts only some streams have (all empty when it has none).
     pub(crate) fn x(&self) -> &Extras {
         self.extras.as_deref().unwrap_or(&NO_EXTRAS)

@@ -168,6 +168,7 @@ fn producers_dedupe_fence_and_detect_gaps() {
         h.run(p(0, 0, "a")),
         Ok(Applied::Appended {
             next_offset: Offset(2),
+            incarnation: h.incarnation("s"),
             closed: false,
             producer: Some((0, 1)),
             duplicate: true
@@ -227,13 +228,15 @@ fn closed_streams_refuse_appends_but_ack_retries_and_close_again() {
     assert_eq!(
         h.run(with_producer(closing, "p", 0, 1)),
         Err(CoreError::Closed {
-            next_offset: closed_at
+            next_offset: closed_at,
+            incarnation: h.incarnation("s"),
         })
     );
     assert_eq!(
         h.run(Command::Append(append("s", b"x"))),
         Err(CoreError::Closed {
-            next_offset: closed_at
+            next_offset: closed_at,
+            incarnation: h.incarnation("s"),
         })
     );
     let mut close_only = append("s", b"");

@@ -37,6 +37,14 @@ pub(crate) struct Harness {
 }
 
 impl Harness {
+    /// The incarnation of live stream `name`.
+    pub(crate) fn incarnation(&self, name: &str) -> u64 {
+        self.state
+            .stream_by_name(name)
+            .expect("stream exists")
+            .incarnation()
+    }
+
     pub(crate) fn run_at(&mut self, now_ms: i64, command: Command) -> Result<Applied, CoreError> {
         let entry = Entry { now_ms, command };
         // Every entry goes through the codec, as it does in the engine.

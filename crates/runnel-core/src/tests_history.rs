@@ -30,6 +30,7 @@ fn snapshots_are_immutable_per_offset() {
         h.run(snapshot("s", at.0, b"state", 1)),
         Ok(Applied::SnapshotStored {
             offset: at,
+            incarnation: h.incarnation("s"),
             created: true
         })
     );
@@ -37,6 +38,7 @@ fn snapshots_are_immutable_per_offset() {
         h.run(snapshot("s", at.0, b"state", 1)),
         Ok(Applied::SnapshotStored {
             offset: at,
+            incarnation: h.incarnation("s"),
             created: false
         })
     );
@@ -102,7 +104,8 @@ fn trimmed_history_answers_gone_with_the_earliest_offset() {
             before: 1
         }),
         Ok(Applied::Trimmed {
-            earliest: Offset(1)
+            earliest: Offset(1),
+            incarnation: h.incarnation("s"),
         })
     );
     assert_eq!(
@@ -110,11 +113,17 @@ fn trimmed_history_answers_gone_with_the_earliest_offset() {
             name: "s".into(),
             before: first.0
         }),
-        Ok(Applied::Trimmed { earliest: first })
+        Ok(Applied::Trimmed {
+            earliest: first,
+            incarnation: h.incarnation("s"),
+        })
     );
     assert_eq!(
         h.read_at("s", ReadFrom::At(Offset(0)), 10).unwrap_err(),
-        CoreError::Trimmed { earliest: first }
+        CoreError::Trimmed {
+            earliest: first,
+            incarnation: h.incarnation("s"),
+        }
     );
     assert_eq!(
         h.read_all("s"),

@@ -273,12 +273,13 @@ pub trait GroupEngine: Send + Sync + 'static {
     /// delete). Subscribe before reading to never miss a wake-up.
     fn subscribe(&self, id: StreamId) -> watch::Receiver<u64>;
 
-    /// A snapshot of `name` (at `offset`, or the latest) with its bytes.
+    /// A snapshot of `name` (at `offset`, or the latest) with its bytes
+    /// and the stream's incarnation (to mint its offset with).
     fn snapshot<'a>(
         &'a self,
         name: &'a str,
         offset: Option<u64>,
-    ) -> BoxFuture<'a, Result<(SnapshotRef, Bytes), EngineError>>;
+    ) -> BoxFuture<'a, Result<(SnapshotRef, Bytes, u64), EngineError>>;
 
     /// The latest snapshot and the messages after it (at most `max_bytes`).
     fn bootstrap<'a>(

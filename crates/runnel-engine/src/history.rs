@@ -107,7 +107,7 @@ async fn compact<G: MaintainedGroup + ?Sized>(
 ) -> Result<(), EngineError> {
     let mut state = MaterializedState::default();
     if let Some(snapshot) = &work.snapshot {
-        let (_, bytes) = group
+        let (_, bytes, _) = group
             .view()
             .snapshot(&work.name, Some(snapshot.offset))
             .await?;

@@ -24,13 +24,14 @@
 //!               base                api error datadir config upkeep clock
 //!                                   metrics tail activity checkpoint
 //!                                   copy_forward view tier/ history
-//!                                   control hooks
+//!                                   control hooks recent_pages
 //! ```
 //!
 //! Base: [`api`] holds the seams ([`NodeEngine`], [`GroupEngine`],
 //! [`Route`]) and [`error`] the errors; [`upkeep`] what both engines do
 //! with their groups; [`datadir`] and [`config`] a node's directory and
-//! configuration; [`view`] a group's read side; [`tail`] wakes live
+//! configuration; [`view`] a group's read side, [`recent_pages`] the
+//! pages its readers share; [`tail`] wakes live
 //! readers; [`history`] runs retention and compaction; [`tier`] moves
 //! cold bytes to object storage; [`metrics`] gathers what `/metrics`
 //! shows; [`control`] is the control group's subscriptions; [`hooks`] the
@@ -49,6 +50,7 @@ pub mod error;
 pub mod history;
 pub mod hooks;
 pub mod metrics;
+pub mod recent_pages;
 pub mod tail;
 pub mod tier;
 pub(crate) mod upkeep;

@@ -17,6 +17,7 @@ use crate::activity::Activity;
 use crate::api::{Bootstrap, ReadResult};
 use crate::clock::now_ms;
 use crate::error::EngineError;
+use crate::recent_pages::RecentPages;
 use crate::tail::TailNotifier;
 use crate::tier::{reader, GroupTier};
 
@@ -33,6 +34,8 @@ pub(crate) struct GroupView {
     pub tier: Option<GroupTier>,
     /// The node's feed of changed streams (for subscriptions).
     pub activity: Arc<Activity>,
+    /// Pages read lately, shared by readers of the same bytes.
+    pub pages: Arc<RecentPages>,
 }
 
 impl GroupView {
@@ -49,6 +52,7 @@ impl GroupView {
             released: Arc::default(),
             tier,
             activity,
+            pages: Arc::default(),
         }
     }
 
@@ -109,14 +113,15 @@ impl GroupView {
         &self,
         name: &str,
         offset: Option<u64>,
-    ) -> Result<(SnapshotRef, Bytes), EngineError> {
-        let (snapshot, id) = self.with_state(|s| {
+    ) -> Result<(SnapshotRef, Bytes, u64), EngineError> {
+        let (snapshot, id, incarnation) = self.with_state(|s| {
             let snapshot = s.snapshot(name, offset, now_ms())?;
-            let id = s.stream_by_name(name).map_or(0, |s| s.id);
-            Ok::<_, runnel_core::CoreError>((snapshot, id))
+            let stream = s.stream_by_name(name);
+            let (id, incarnation) = stream.map_or((0, 0), |s| (s.id, s.incarnation()));
+            Ok::<_, runnel_core::CoreError>((snapshot, id, incarnation))
         })?;
         let bytes = self.snapshot_bytes(id, &snapshot).await?;
-        Ok((snapshot, bytes))
+        Ok((snapshot, bytes, incarnation))
     }
 
     pub async fn bootstrap(&self, name: &str, max_bytes: u64) -> Result<Bootstrap, EngineError> {
@@ -238,7 +243,7 @@ macro_rules! delegate_reads_to_view {
             offset: Option<u64>,
         ) -> $crate::BoxFuture<
             'a,
-            Result<(runnel_core::SnapshotRef, bytes::Bytes), $crate::EngineError>,
+            Result<(runnel_core::SnapshotRef, bytes::Bytes, u64), $crate::EngineError>,
         > {
             Box::pin(self.view.snapshot(name, offset))
         }

@@ -10,7 +10,7 @@
 //!   consensus       |        raft/
 //!         \        /
 //!           base             api error datadir config upkeep clock metrics/
-//!                            tail activity checkpoint copy_forward view tier/
+//!                            tail activity checkpoint copy_forward view recent_pages tier/
 //!                            history control hooks
 //! ```
 //!
@@ -65,6 +65,7 @@ const LAYERS: &[(&str, Layer)] = &[
     ("checkpoint.rs", Layer::Base),
     ("copy_forward.rs", Layer::Base),
     ("view.rs", Layer::Base),
+    ("recent_pages.rs", Layer::Base),
     ("tier/", Layer::Base),
     ("history.rs", Layer::Base),
     ("control.rs", Layer::Base),

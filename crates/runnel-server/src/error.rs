@@ -47,6 +47,9 @@ pub enum ApiError {
         limit: u64,
     },
     Engine(EngineError),
+    /// A read from an offset minted for an earlier stream of the same
+    /// name: 410 (the position it names is not in this stream).
+    OtherIncarnation,
     /// A subscription request refused: the protocol's JSON error body.
     Subscription(SubError),
 }
@@ -166,12 +169,25 @@ impl IntoResponse for ApiError {
                 headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
                 (StatusCode::SERVICE_UNAVAILABLE, reason)
             }
+            ApiError::OtherIncarnation => (
+                StatusCode::GONE,
+                "this offset was minted for an earlier stream of this name, since deleted; \
+                 read this stream from -1"
+                    .into(),
+            ),
             ApiError::Engine(e) => engine_status(e, &mut headers),
         };
         let mut response = (status, headers, format!("{reason}\n")).into_response();
-        response.headers_mut().insert(
+        let headers = response.headers_mut();
+        headers.insert(
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        // No cache may keep an error: the next request must reach a
+        // server (after a delete, a re-created stream answers it).
+        headers.insert(
+            http::header::CACHE_CONTROL,
+            HeaderValue::from_static("no-store"),
         );
         response
     }
@@ -286,11 +302,15 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         | CoreError::ContentTypeMismatch
         | CoreError::ForkSourceGone
         | CoreError::StreamSeqRegression { .. } => StatusCode::CONFLICT,
-        CoreError::Closed { next_offset } => {
+        CoreError::Closed {
+            next_offset,
+            incarnation,
+        } => {
             headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
             headers.insert(
                 names::STREAM_NEXT_OFFSET,
-                HeaderValue::from_str(&next_offset.to_string()).expect("offsets are header-safe"),
+                HeaderValue::from_str(next_offset.token_in(*incarnation).as_str())
+                    .expect("offsets are header-safe"),
             );
             StatusCode::CONFLICT
         }
@@ -311,10 +331,14 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         | CoreError::OffsetBeyondTail
         | CoreError::OffsetNotOnBoundary => StatusCode::BAD_REQUEST,
         CoreError::StreamFull => StatusCode::INSUFFICIENT_STORAGE,
-        CoreError::Trimmed { earliest } => {
+        CoreError::Trimmed {
+            earliest,
+            incarnation,
+        } => {
             headers.insert(
                 names::STREAM_EARLIEST_OFFSET,
-                HeaderValue::from_str(&earliest.to_string()).expect("offsets are header-safe"),
+                HeaderValue::from_str(earliest.token_in(*incarnation).as_str())
+                    .expect("offsets are header-safe"),
             );
             StatusCode::GONE
         }
@@ -344,14 +368,16 @@ mod tests {
     fn closed_conflicts_carry_the_final_offset() {
         let r = ApiError::from(CoreError::Closed {
             next_offset: Offset(5),
+            incarnation: 77,
         })
         .into_response();
         assert_eq!(r.status(), StatusCode::CONFLICT);
         assert_eq!(r.headers()[names::STREAM_CLOSED], "true");
         assert_eq!(
             r.headers()[names::STREAM_NEXT_OFFSET],
-            Offset(5).to_string().as_str()
+            "0000000000000077_0000000000000005"
         );
+        assert_eq!(r.headers()[http::header::CACHE_CONTROL], "no-store");
     }
 
     #[test]

@@ -2,12 +2,14 @@
 //!
 //! This crate maps requests to engine commands and reads, and renders
 //! answers: status codes and headers ([`error`], [`headers`]), catch-up and
-//! long-poll reads and SSE ([`handlers`]), cursors ([`cursor`]), the
+//! long-poll reads and SSE ([`handlers`]), cursors ([`cursor`]), what
+//! shared caches may keep of each answer ([`cache`]), the
 //! entry point that routes requests and adds the headers every response
 //! carries ([`routes`]), what `/metrics` counts ([`metrics`]), who
 //! may do what ([`auth`]), and the subscription APIs with their webhook
 //! and pull-wake delivery ([`subscriptions`]). It holds no stream state of its own.
 
+pub mod cache;
 pub mod connection;
 pub mod console;
 pub mod direct_connection;
@@ -84,6 +86,8 @@ pub struct ServerConfig {
     /// How long a request that meets a leadership change in a cluster is
     /// retried inside the cluster before the client gets a 503.
     pub leader_wait: Duration,
+    /// What shared caches may keep of read answers (docs/caching.md).
+    pub cache: cache::CachePolicy,
 }
 
 impl Default for ServerConfig {
@@ -108,6 +112,7 @@ impl Default for ServerConfig {
             webhook_timeout: Duration::from_secs(10),
             console: true,
             leader_wait: Duration::from_secs(10),
+            cache: cache::CachePolicy::default(),
         }
     }
 }
@@ -136,6 +141,23 @@ impl std::ops::Deref for AppState {
     }
 }
 
+impl App {
+    /// Whether anyone may read stream `name`, so that shared caches may
+    /// hand its answers to anyone: always without access control, else
+    /// when the auth file's anonymous grants allow reading it.
+    pub fn readable_by_anyone(&self, name: &str) -> bool {
+        self.auth
+            .as_ref()
+            .is_none_or(|auth| auth.readable_by_anyone(name))
+    }
+
+    /// Sets the cache headers of a read `answer` on stream `name`.
+    pub fn cache_headers(&self, headers: &mut http::HeaderMap, answer: cache::Answer, name: &str) {
+        let public = answer == cache::Answer::Never || self.readable_by_anyone(name);
+        self.cache_headers.apply(headers, answer, public);
+    }
+}
+
 pub struct App {
     pub node: Arc<dyn NodeEngine>,
     /// Relays requests to the leader of a stream's group (clusters).
@@ -153,6 +175,9 @@ pub struct App {
     pub metrics: Arc<metrics::Metrics>,
     /// Access control, when the server runs with an auth file.
     pub auth: Option<Arc<auth::Auth>>,
+    /// The `Cache-Control` values of read answers, rendered from
+    /// `config.cache` once.
+    pub cache_headers: cache::CacheHeaders,
     /// Subscriptions: signing keys in use and webhook delivery.
     pub subscriptions: subscriptions::Service,
 }
@@ -187,6 +212,7 @@ pub fn app_with(node: Arc<dyn NodeEngine>, config: ServerConfig, options: AppOpt
         sse_cache: Arc::default(),
         memory: memory::MemoryGuard::start(config.max_memory_bytes),
         metrics: Arc::default(),
+        cache_headers: cache::CacheHeaders::new(&config.cache),
         auth,
         subscriptions: subscriptions::Service::new(&config.webhook_policy, config.webhook_timeout),
         config: Arc::new(config),

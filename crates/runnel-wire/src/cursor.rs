@@ -1,31 +1,43 @@
-//! Stream cursors for CDN collapsing: the number of 20-second intervals
-//! since 2024-10-09T00:00:00Z. When a client's cursor is not behind the
-//! current interval, the answer jumps ahead by a random 1-3600 seconds'
-//! worth of intervals, so cursors only ever grow and a cached empty answer
-//! cannot loop forever.
-
-use rand::Rng;
+//! Stream cursors, for caches that collapse long-polls (docs/caching.md).
+//!
+//! A cursor counts 20-second intervals since 2024-10-09T00:00:00Z, as the
+//! protocol says, scaled so that it also names the position a reader goes
+//! to next: `interval * 10^8 + (position mod 10^8)`. Readers that reach
+//! the same position in the same interval get the same cursor whatever
+//! cursor they came with, so a cache keyed by (offset, cursor) holds them
+//! in one wait, and chains of readers that joined at different moments
+//! merge at the next event. When the client's cursor is not behind that
+//! value, the answer is the client's plus one: cursors only ever grow, so
+//! a cached empty answer cannot loop forever.
+//!
+//! Cursors stay below 2^53 (JavaScript numbers) until the year 2595.
 
 /// 2024-10-09T00:00:00Z in Unix milliseconds.
 const EPOCH_MS: i64 = 1_728_432_000_000;
 const INTERVAL_MS: i64 = 20_000;
+/// Positions a cursor tells apart within one interval.
+const POSITIONS: u64 = 100_000_000;
 
-/// The interval `now_ms` falls in: the cursor a client without one gets.
+/// The interval `now_ms` falls in.
 pub fn current_interval(now_ms: i64) -> u64 {
     ((now_ms - EPOCH_MS).max(0) / INTERVAL_MS) as u64
 }
 
-pub fn next_cursor(now_ms: i64, client: Option<&str>) -> String {
-    let current = current_interval(now_ms);
-    let client = client.and_then(|c| c.parse::<u64>().ok());
-    let cursor = match client {
-        Some(c) if c >= current => {
-            let jitter_secs: u64 = rand::thread_rng().gen_range(1..=3600);
-            c.saturating_add((jitter_secs * 1000 / INTERVAL_MS as u64).max(1))
-        }
-        _ => current,
-    };
-    cursor.to_string()
+/// The cursor of an answer at `now_ms` whose reader goes to `position`
+/// next, for a client that sent `client`.
+pub fn next_cursor(now_ms: i64, client: Option<&str>, position: u64) -> String {
+    next_cursor_value(now_ms, client, position).to_string()
+}
+
+/// [`next_cursor`] as a number.
+pub fn next_cursor_value(now_ms: i64, client: Option<&str>, position: u64) -> u64 {
+    let base = current_interval(now_ms)
+        .saturating_mul(POSITIONS)
+        .saturating_add(position % POSITIONS);
+    match client.and_then(|c| c.parse::<u64>().ok()) {
+        Some(c) if c >= base => c.saturating_add(1),
+        _ => base,
+    }
 }
 
 #[cfg(test)]
@@ -33,15 +45,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cursor_counts_intervals_and_always_moves_past_the_client() {
+    fn cursor_names_the_interval_and_the_next_position() {
         let now = EPOCH_MS + 45_000;
-        assert_eq!(next_cursor(now, None), "2");
         assert_eq!(current_interval(now), 2);
-        assert_eq!(next_cursor(now, Some("1")), "2");
-        for _ in 0..100 {
-            let next: u64 = next_cursor(now, Some("2")).parse().unwrap();
-            assert!((3..=2 + 180).contains(&next));
-        }
-        assert_eq!(next_cursor(now, Some("garbage")), "2");
+        assert_eq!(next_cursor(now, None, 7), "200000007");
+        // A client behind gets the same value as one without a cursor: two
+        // readers at one position share the cursor whatever their history.
+        assert_eq!(next_cursor(now, Some("1"), 7), "200000007");
+        assert_eq!(next_cursor(now, Some("100000090"), 7), "200000007");
+        assert_eq!(next_cursor(now, Some("garbage"), 7), "200000007");
+        // A client not behind always moves on.
+        assert_eq!(next_cursor(now, Some("200000007"), 7), "200000008");
+        assert_eq!(next_cursor(now, Some("900000000"), 7), "900000001");
+        // The old protocol numbering (interval counts) is always behind.
+        assert_eq!(next_cursor(now, Some("2"), 0), "200000000");
+        // Before the epoch, interval 0.
+        assert_eq!(next_cursor(0, None, 5), "5");
+    }
+
+    #[test]
+    fn cursors_fit_javascript_numbers_for_centuries() {
+        // 2500-01-01 in Unix milliseconds.
+        let year_2500 = 16_725_225_600_000;
+        let cursor = next_cursor_value(year_2500, None, POSITIONS - 1);
+        assert!(cursor < 1 << 53, "{cursor}");
     }
 }

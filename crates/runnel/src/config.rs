@@ -69,6 +69,19 @@ pub struct ServeArgs {
     /// Resident memory in bytes above which new SSE and long-poll readers get 503 [default: no limit].
     #[arg(long)]
     pub max_memory_bytes: Option<u64>,
+    /// cdn | private | off: what shared caches may keep of read answers
+    /// (docs/caching.md) [default: cdn].
+    #[arg(long)]
+    pub cache_control: Option<String>,
+    /// Lifetime of pages below the tail, in s [default: 31536000].
+    #[arg(long)]
+    pub cache_page_max_age_secs: Option<u64>,
+    /// Lifetime of reads at the tail and from -1, in s [default: 1].
+    #[arg(long)]
+    pub cache_tail_max_age_secs: Option<u64>,
+    /// Lifetime of long-poll 200s, in s [default: 20].
+    #[arg(long)]
+    pub cache_long_poll_max_age_secs: Option<u64>,
     /// Largest snapshot body in bytes; larger get 413 [default: 134217728].
     #[arg(long)]
     pub max_snapshot_bytes: Option<u64>,
@@ -556,6 +569,16 @@ impl ServeArgs {
         if let Some(bytes) = pick!(max_memory_bytes) {
             server.max_memory_bytes = Some(bytes);
         }
+        if let Some(mode) = pick!(cache_control) {
+            server.cache.mode = runnel_server::cache::CacheMode::parse(&mode).ok_or(format!(
+                "cache-control must be cdn, private or off; got {mode:?}"
+            ))?;
+        }
+        let cache = &mut server.cache;
+        cache.page_max_age = pick!(cache_page_max_age_secs).unwrap_or(cache.page_max_age);
+        cache.tail_max_age = pick!(cache_tail_max_age_secs).unwrap_or(cache.tail_max_age);
+        cache.long_poll_max_age =
+            pick!(cache_long_poll_max_age_secs).unwrap_or(cache.long_poll_max_age);
         // A record holds one command with its body (an append's, or the
         // copy a fork across groups brings) and a small header.
         let record_limit = server
@@ -681,6 +704,41 @@ mod tests {
         assert_eq!(s.server.long_poll_timeout, Duration::from_millis(700));
         assert_eq!(s.engine.sync, SyncMode::Never);
         assert_eq!(s.engine.data_dir, PathBuf::from("runnel-data"));
+    }
+
+    #[test]
+    fn the_cache_policy_is_configurable() {
+        use runnel_server::cache::{CacheMode, CachePolicy};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runnel.toml");
+        std::fs::write(
+            &path,
+            "cache_control = \"private\"\ncache_tail_max_age_secs = 0\n",
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            cache_long_poll_max_age_secs: Some(5),
+            ..ServeArgs::default()
+        };
+        let cache = args.resolve().unwrap().server.cache;
+        assert_eq!(
+            cache,
+            CachePolicy {
+                mode: CacheMode::Private,
+                tail_max_age: 0,
+                long_poll_max_age: 5,
+                ..CachePolicy::default()
+            }
+        );
+        let args = ServeArgs {
+            cache_control: Some("public".into()),
+            ..ServeArgs::default()
+        };
+        let Err(why) = args.resolve() else {
+            panic!("cache-control public must be refused");
+        };
+        assert!(why.contains("cdn, private or off"), "{why}");
     }
 
     #[test]

@@ -29,7 +29,13 @@ fn is_object(slice: &Slice) -> bool {
 /// Fetches a plan's bytes.
 pub(crate) async fn fetch(view: &GroupView, mut plan: ReadPlan) -> Result<ReadResult, EngineError> {
     if !plan.slices.iter().any(is_object) {
-        let body = view.copy_log(&plan.slices)?;
+        let (start, next) = (plan.start.position(), plan.next.position());
+        let body = if plan.byte_len() == next - start {
+            view.pages
+                .get_or_read(plan.info.id, start, next, || view.copy_log(&plan.slices))?
+        } else {
+            view.copy_log(&plan.slices)?
+        };
         return Ok(ReadResult { plan, body });
     }
     let tier = view.tier.as_ref().ok_or_else(no_store)?;

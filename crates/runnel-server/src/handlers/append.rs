@@ -174,6 +174,7 @@ impl AppendHeaders {
 struct Done {
     status: StatusCode,
     next_offset: Offset,
+    incarnation: u64,
     closed: bool,
     /// A producer's epoch and sequence number, echoed.
     producer: Option<(u64, u64)>,
@@ -186,7 +187,10 @@ impl Done {
     fn each_header(&self, mut header: impl FnMut(&HeaderName, &[u8])) {
         header(
             &names::STREAM_NEXT_OFFSET,
-            self.next_offset.token().as_str().as_bytes(),
+            self.next_offset
+                .token_in(self.incarnation)
+                .as_str()
+                .as_bytes(),
         );
         if self.closed {
             header(&names::STREAM_CLOSED, b"true");
@@ -252,6 +256,7 @@ async fn append(
     app.metrics.append_ack.observe(started.elapsed());
     let Applied::Appended {
         next_offset,
+        incarnation,
         closed,
         producer,
         duplicate,
@@ -268,6 +273,7 @@ async fn append(
     Ok(Done {
         status,
         next_offset,
+        incarnation,
         closed,
         producer,
     })

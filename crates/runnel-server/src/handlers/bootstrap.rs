@@ -11,6 +11,7 @@ use runnel_core::json::render_json_array;
 use runnel_core::ContentKind;
 
 use super::header_value;
+use crate::cache::Answer;
 use crate::error::ApiError;
 use crate::headers::names;
 use crate::AppState;
@@ -23,8 +24,8 @@ pub async fn get(app: AppState, name: String) -> Result<Response, ApiError> {
         .await?;
     let plan = &bootstrap.plan;
     let info = &plan.tail.info;
-    let snapshot_offset = plan.snapshot_offset().to_string();
-    let next_offset = plan.tail.next.to_string();
+    let snapshot_offset = info.token(plan.snapshot_offset()).as_str().to_string();
+    let next_offset = info.token(plan.tail.next).as_str().to_string();
     let boundary = format!("runnel-{:016x}", rand::random::<u64>());
 
     let (snapshot_type, snapshot_bytes) = match (&plan.snapshot, &bootstrap.snapshot) {
@@ -74,9 +75,6 @@ pub async fn get(app: AppState, name: String) -> Result<Response, ApiError> {
     if plan.tail.reached_close() {
         headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
     }
-    headers.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
+    app.cache_headers(&mut headers, Answer::Revalidate, &name);
     Ok((StatusCode::OK, headers, body).into_response())
 }

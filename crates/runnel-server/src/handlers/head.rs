@@ -27,7 +27,10 @@ pub fn head(app: AppState, name: String) -> Result<Response, ApiError> {
 /// Headers describing a stream: content type, tail, closure, expiry.
 pub(super) fn metadata_headers(info: &StreamInfo, headers: &mut HeaderMap) {
     headers.insert(http::header::CONTENT_TYPE, header_value(&info.content_type));
-    headers.insert(names::STREAM_NEXT_OFFSET, offset_header(info.next_offset));
+    headers.insert(
+        names::STREAM_NEXT_OFFSET,
+        offset_header(info.next_offset, info.incarnation),
+    );
     if info.closed {
         headers.insert(names::STREAM_CLOSED, HeaderValue::from_static("true"));
     }

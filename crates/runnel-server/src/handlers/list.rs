@@ -61,11 +61,13 @@ pub async fn list(app: &AppState, request: Request) -> Result<Response, ApiError
                 chrono::DateTime::from_timestamp_millis(ms)
                     .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
             };
+            let incarnation = runnel_core::offset::incarnation(l.id, l.created_at_ms);
+            let token = |o: runnel_core::Offset| o.token_in(incarnation).as_str().to_string();
             json!({
                 "name": l.name,
                 "content_type": l.content_type,
-                "next_offset": l.next_offset.to_string(),
-                "earliest_offset": l.earliest.to_string(),
+                "next_offset": token(l.next_offset),
+                "earliest_offset": token(l.earliest),
                 "size_bytes": l.next_offset.0 - l.earliest.0,
                 "closed": l.closed,
                 "ttl_secs": l.ttl_secs,

@@ -421,9 +421,10 @@ fn response(status: http::StatusCode, headers: http::HeaderMap, body: impl Into<
     response
 }
 
-/// An offset token as a header value.
-fn offset_header(offset: runnel_core::Offset) -> HeaderValue {
-    HeaderValue::from_str(offset.token().as_str()).expect("offset tokens are header-safe")
+/// The token of `offset` in the stream of `incarnation`, as a header value.
+fn offset_header(offset: runnel_core::Offset, incarnation: u64) -> HeaderValue {
+    HeaderValue::from_str(offset.token_in(incarnation).as_str())
+        .expect("offset tokens are header-safe")
 }
 
 /// A header value from a string the server produced (numbers,

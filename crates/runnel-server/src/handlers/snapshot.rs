@@ -12,12 +12,13 @@
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use http::{HeaderMap, HeaderValue, Method, StatusCode};
+use http::{HeaderMap, Method, StatusCode};
 use runnel_core::offset::parse_offset;
 use runnel_core::{Applied, Body, Command, PutSnapshot};
 use sha2::{Digest, Sha256};
 
 use super::{body_bytes_up_to, header_value, offset_header};
+use crate::cache::Answer;
 use crate::error::ApiError;
 use crate::headers::{self, names};
 use crate::AppState;
@@ -51,7 +52,7 @@ pub async fn handle(
 }
 
 async fn get(app: &AppState, name: &str, offset: Option<u64>) -> Result<Response, ApiError> {
-    let (snapshot, bytes) = app.node.engine_for(name).snapshot(name, offset).await?;
+    let (snapshot, bytes, incarnation) = app.node.engine_for(name).snapshot(name, offset).await?;
     let mut headers = HeaderMap::new();
     headers.insert(
         http::header::CONTENT_TYPE,
@@ -59,15 +60,15 @@ async fn get(app: &AppState, name: &str, offset: Option<u64>) -> Result<Response
     );
     headers.insert(
         names::STREAM_SNAPSHOT_OFFSET,
-        offset_header(runnel_core::Offset(snapshot.offset)),
+        offset_header(runnel_core::Offset(snapshot.offset), incarnation),
     );
-    // A snapshot at an offset never changes.
-    let cache = if offset.is_some() {
-        "public, max-age=31536000, immutable"
+    // A snapshot at an offset never changes; the latest one does.
+    let answer = if offset.is_some() {
+        Answer::Page
     } else {
-        "no-cache"
+        Answer::Revalidate
     };
-    headers.insert(http::header::CACHE_CONTROL, HeaderValue::from_static(cache));
+    app.cache_headers(&mut headers, answer, name);
     Ok((StatusCode::OK, headers, bytes).into_response())
 }
 
@@ -95,11 +96,19 @@ async fn put(
             message_ends: Vec::new(),
         },
     });
-    let Applied::SnapshotStored { offset, created } = app.node.propose(command).await? else {
+    let Applied::SnapshotStored {
+        offset,
+        incarnation,
+        created,
+    } = app.node.propose(command).await?
+    else {
         unreachable!("a snapshot answers SnapshotStored");
     };
     let mut headers = HeaderMap::new();
-    headers.insert(names::STREAM_SNAPSHOT_OFFSET, offset_header(offset));
+    headers.insert(
+        names::STREAM_SNAPSHOT_OFFSET,
+        offset_header(offset, incarnation),
+    );
     let status = if created {
         StatusCode::CREATED
     } else {
@@ -112,11 +121,17 @@ pub async fn trim(app: AppState, name: String, offset: String) -> Result<Respons
     let before = parse_offset(&offset)
         .map_err(|e| ApiError::bad(format!("retention offset: {e}")))?
         .position();
-    let Applied::Trimmed { earliest } = app.node.propose(Command::Trim { name, before }).await?
+    let Applied::Trimmed {
+        earliest,
+        incarnation,
+    } = app.node.propose(Command::Trim { name, before }).await?
     else {
         unreachable!("a trim answers Trimmed");
     };
     let mut headers = HeaderMap::new();
-    headers.insert(names::STREAM_EARLIEST_OFFSET, offset_header(earliest));
+    headers.insert(
+        names::STREAM_EARLIEST_OFFSET,
+        offset_header(earliest, incarnation),
+    );
     Ok((StatusCode::NO_CONTENT, headers).into_response())
 }

@@ -18,7 +18,8 @@ use runnel_engine::{now_ms, ReadResult};
 use tokio::sync::watch;
 use tokio::time::{Instant, Sleep};
 
-use crate::cursor::{current_interval, next_cursor};
+use crate::cache::Answer;
+use crate::cursor::{current_interval, next_cursor, next_cursor_value};
 use crate::error::ApiError;
 use crate::headers::names;
 use crate::AppState;
@@ -27,12 +28,16 @@ pub async fn serve(
     app: AppState,
     name: String,
     from: ReadFrom,
+    incarnation: u64,
     cursor: Option<String>,
 ) -> Result<Response, ApiError> {
     let permit = super::admit_live_reader(&app, crate::metrics::LiveMode::Sse)?;
     // Errors before the first byte are ordinary statuses.
     let engine = app.node.engine_for(&name);
     let first = engine.read(&name, from, app.config.max_read_bytes).await?;
+    if !first.plan.info.accepts_incarnation(incarnation) {
+        return Err(ApiError::OtherIncarnation);
+    }
     let mut changes = engine.subscribe(first.plan.info.id);
     let seen = *changes.borrow_and_update();
     let kind = first.plan.info.kind;
@@ -42,10 +47,7 @@ pub async fn serve(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("text/event-stream"),
     );
-    headers.insert(
-        http::header::CACHE_CONTROL,
-        HeaderValue::from_static("no-cache"),
-    );
+    app.cache_headers(&mut headers, Answer::Revalidate, &name);
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     if kind == ContentKind::Binary {
         headers.insert(
@@ -169,17 +171,18 @@ impl Tail {
     }
 
     /// The events from the current position, rendered once per stream and
-    /// position for every connection there (connections with their own
-    /// cursor render for themselves).
+    /// position for every connection there. A connection whose own cursor
+    /// is not behind the shared rendering's renders for itself (its
+    /// control events must carry a larger cursor).
     async fn render(&self) -> Option<Arc<Rendered>> {
         let key = RenderKey {
             name: Arc::clone(&self.name),
             id: self.id,
             position: self.position,
         };
-        let shareable = self.cursor.is_none();
-        if shareable {
-            if let Some(hit) = self.app.sse_cache.get(&key) {
+        let cursor = self.cursor.as_deref();
+        if let Some(hit) = self.app.sse_cache.get(&key) {
+            if hit.serves(cursor) {
                 return Some(hit);
             }
         }
@@ -188,10 +191,10 @@ impl Tail {
             .read_by_id(self.id, self.position, self.app.config.max_read_bytes)
             .await
             .ok()?;
-        let mut rendered = Rendered::of(&result, self.cursor.as_deref(), false);
+        let mut rendered = Rendered::of(&result, cursor, false);
         rendered.version = self.seen;
         let rendered = Arc::new(rendered);
-        if shareable && rendered.bytes.is_some() {
+        if rendered.bytes.is_some() && rendered.serves(cursor) {
             self.app.sse_cache.put(key, Arc::clone(&rendered));
         }
         Some(rendered)
@@ -209,6 +212,9 @@ pub struct Rendered {
     reached_close: bool,
     /// Cursor interval the control event was rendered in.
     interval: u64,
+    /// The cursor a client without one gets with this rendering: a
+    /// connection whose cursor is behind it gets the same bytes.
+    shared_cursor: u64,
     /// Notifier version the rendering connection had seen before reading.
     version: u64,
 }
@@ -216,6 +222,8 @@ pub struct Rendered {
 impl Rendered {
     fn of(result: &ReadResult, cursor: Option<&str>, owes_control: bool) -> Rendered {
         let plan = &result.plan;
+        // One clock reading for the control event and the shared cursor.
+        let now = now_ms();
         let speaks = !result.body.is_empty() || owes_control || plan.reached_close();
         let events = if speaks {
             1 + u64::from(!result.body.is_empty())
@@ -227,7 +235,7 @@ impl Rendered {
             if !result.body.is_empty() {
                 data_event(&mut out, plan.info.kind, &result.body);
             }
-            control_event(&mut out, plan, cursor);
+            control_event(&mut out, plan, cursor, now);
             Bytes::from(out)
         });
         Rendered {
@@ -236,9 +244,19 @@ impl Rendered {
             next: plan.next.position(),
             up_to_date: plan.up_to_date(),
             reached_close: plan.reached_close(),
-            interval: interval_now(),
+            interval: current_interval(now),
+            shared_cursor: next_cursor_value(now, None, plan.next.position()),
             version: 0,
         }
+    }
+
+    /// Whether these bytes are what a connection with `cursor` would
+    /// render: its cursor is behind the shared one, so its control event
+    /// carries the shared cursor too.
+    fn serves(&self, cursor: Option<&str>) -> bool {
+        cursor
+            .and_then(|c| c.parse::<u64>().ok())
+            .is_none_or(|c| c < self.shared_cursor)
     }
 }
 
@@ -335,15 +353,16 @@ fn data_lines(out: &mut Vec<u8>, payload: &[u8]) {
 /// `event: control` with the next offset, a cursor (while open), and the
 /// up-to-date and closed flags; its `id` is the offset, so EventSource
 /// resumes with `Last-Event-ID`.
-fn control_event(out: &mut Vec<u8>, plan: &ReadPlan, client_cursor: Option<&str>) {
+fn control_event(out: &mut Vec<u8>, plan: &ReadPlan, client_cursor: Option<&str>, now: i64) {
     let mut control = serde_json::Map::new();
-    control.insert("streamNextOffset".into(), plan.next.to_string().into());
+    let next = plan.info.token(plan.next);
+    control.insert("streamNextOffset".into(), next.as_str().into());
     if plan.reached_close() {
         control.insert("streamClosed".into(), true.into());
     } else {
         control.insert(
             "streamCursor".into(),
-            next_cursor(now_ms(), client_cursor).into(),
+            next_cursor(now, client_cursor, plan.next.position()).into(),
         );
     }
     if plan.up_to_date() {
@@ -352,7 +371,7 @@ fn control_event(out: &mut Vec<u8>, plan: &ReadPlan, client_cursor: Option<&str>
     out.extend_from_slice(b"event: control\ndata:");
     out.extend_from_slice(serde_json::Value::Object(control).to_string().as_bytes());
     out.extend_from_slice(b"\nid:");
-    out.extend_from_slice(plan.next.to_string().as_bytes());
+    out.extend_from_slice(next.as_str().as_bytes());
     out.extend_from_slice(b"\n\n");
 }
 

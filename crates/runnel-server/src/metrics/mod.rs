@@ -197,6 +197,9 @@ pub struct Metrics {
     pub leader_retry_attempts: AtomicU64,
     pub sse_events: AtomicU64,
     pub sse_bytes: AtomicU64,
+    /// Body bytes of catch-up and long-poll answers (what a cache in
+    /// front saves the origin shows here).
+    pub read_bytes: AtomicU64,
     pub started: SystemTime,
 }
 
@@ -213,6 +216,7 @@ impl Default for Metrics {
             leader_retry_attempts: AtomicU64::new(0),
             sse_events: AtomicU64::new(0),
             sse_bytes: AtomicU64::new(0),
+            read_bytes: AtomicU64::new(0),
             started: SystemTime::now(),
         }
     }

@@ -239,6 +239,20 @@ fn render_http(out: &mut Out, m: &Metrics) {
         m.sse_bytes.load(Relaxed),
     );
     out.one(
+        "runnel_read_bytes_total",
+        "counter",
+        "Body bytes of catch-up and long-poll answers.",
+        m.read_bytes.load(Relaxed),
+    );
+    out.family(
+        "runnel_read_pages_total",
+        "counter",
+        "Pages read from the log for readers: copied from the log (miss), or shared with a reader of the same bytes (hit).",
+    );
+    let (hits, misses) = runnel_engine::recent_pages::counts();
+    out.sample("runnel_read_pages_total", "result=\"hit\"", hits);
+    out.sample("runnel_read_pages_total", "result=\"miss\"", misses);
+    out.one(
         "runnel_connections_stalled_total",
         "counter",
         "Connections cut off because the peer accepted no bytes within --write-stall-timeout-ms (slow readers).",

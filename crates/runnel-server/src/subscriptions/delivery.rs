@@ -25,7 +25,7 @@ use runnel_engine::{now_ms, EngineError, Route};
 use serde_json::json;
 
 use super::handlers::{
-    effective_base, fresh_seen, mint_callback_token, seen, signer, subscription, tail_of,
+    effective_base, fresh_seen, mint_callback_token, minted, seen, signer, subscription, tail_of,
 };
 use super::{is_reserved, remote, render};
 use crate::error::ApiError;
@@ -514,7 +514,7 @@ async fn post(app: AppState, sub: Subscription, attempt: u32) {
         "subscription_id": sub.id,
         "wake_id": wake.wake_id,
         "generation": wake.generation,
-        "streams": render::wake_streams(&sub, |s| tail_of(&app, s)),
+        "streams": render::wake_streams(&sub, |s| minted(&app, s)),
         "callback_url": format!(
             "{base}{STREAM_PREFIX}__ds/subscriptions/{}/callback",
             encode_segment(&sub.id)

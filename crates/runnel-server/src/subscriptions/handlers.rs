@@ -269,7 +269,7 @@ async fn get(app: &AppState, id: &str) -> Result<Response, ApiError> {
     let sub = subscription(app, id)?;
     let kid = signer(app).await?;
     let base = effective_base(app, &sub);
-    let body = render::subscription(&sub, &base, Some(kid.kid()));
+    let body = render::subscription(&sub, &base, Some(kid.kid()), |s| minted(app, s));
     Ok(json_response(StatusCode::OK, &body))
 }
 
@@ -286,12 +286,20 @@ pub(super) fn effective_base(app: &AppState, sub: &Subscription) -> String {
 /// of: as the group's leader last answered, see [`super::remote`]): its
 /// incarnation and tail, `None` when it does not exist.
 pub(super) fn seen(app: &AppState, stream: &str) -> Option<Seen> {
+    minted(app, stream).map(|(seen, _)| seen)
+}
+
+/// [`seen`] with the incarnation the stream's offsets are minted with.
+pub(super) fn minted(app: &AppState, stream: &str) -> Option<(Seen, u64)> {
     if !app.node.holds_group_of(stream) {
-        return app.subscriptions.remote.get(stream);
+        return app.subscriptions.remote.get_minted(stream);
     }
-    app.node.head(stream).ok().map(|info| Seen {
-        id: info.id,
-        tail: info.next_offset.0,
+    app.node.head(stream).ok().map(|info| {
+        let seen = Seen {
+            id: info.id,
+            tail: info.next_offset.0,
+        };
+        (seen, info.incarnation)
     })
 }
 
@@ -358,7 +366,9 @@ async fn put(app: &AppState, id: String, request: Request) -> Result<Response, A
     };
     app.node.activity().kick();
     let sub = subscription(app, &id)?;
-    let body = render::subscription(&sub, &effective_base(app, &sub), Some(signer.kid()));
+    let body = render::subscription(&sub, &effective_base(app, &sub), Some(signer.kid()), |s| {
+        minted(app, s)
+    });
     Ok(json_response(status, &body))
 }
 
@@ -567,7 +577,7 @@ async fn claim(app: &AppState, id: String, request: Request) -> Result<Response,
     }
     let signer = signer(app).await?;
     let token = signer.mint_token(&id, generation, now / 1000 + TOKEN_TTL_SECS);
-    let streams = render::wake_streams(&claimed, |s| tail_of(app, s));
+    let streams = render::wake_streams(&claimed, |s| minted(app, s));
     Ok(json_response(
         StatusCode::OK,
         &json!({

@@ -30,14 +30,16 @@ const PAGE: usize = 1000;
 
 /// The heads (incarnation and tail) of live streams in groups this node
 /// holds no copy of, as their leaders last answered; a name missing here
-/// is gone, or was never asked about.
+/// is gone, or was never asked about. Each head comes with the incarnation
+/// its offsets are minted with.
 #[derive(Default)]
 pub struct RemoteHeads {
-    heads: Mutex<HashMap<String, Seen>>,
+    heads: Mutex<HashMap<String, (Seen, u64)>>,
 }
 
 impl RemoteHeads {
-    pub fn get(&self, stream: &str) -> Option<Seen> {
+    /// A stream's head, with the incarnation its offsets are minted with.
+    pub fn get_minted(&self, stream: &str) -> Option<(Seen, u64)> {
         self.heads
             .lock()
             .expect("remote heads")
@@ -48,14 +50,15 @@ impl RemoteHeads {
     /// Takes `live` as the heads of `asked` now; answers the names whose
     /// head changed (appended to, created, deleted or re-created).
     fn update(&self, asked: &[String], live: Vec<Listed>) -> Vec<String> {
-        let live: HashMap<String, Seen> = live
+        let live: HashMap<String, (Seen, u64)> = live
             .into_iter()
             .map(|l| {
                 let seen = Seen {
                     id: l.id,
                     tail: l.next_offset.0,
                 };
-                (l.name, seen)
+                let incarnation = runnel_core::offset::incarnation(l.id, l.created_at_ms);
+                (l.name, (seen, incarnation))
             })
             .collect();
         let mut heads = self.heads.lock().expect("remote heads");
@@ -188,14 +191,15 @@ mod tests {
         // a appended to, b deleted, c created.
         let moved = heads.update(&asked, vec![listed("a", 1, 12), listed("c", 3, 0)]);
         assert_eq!(moved, ["a", "b", "c"]);
-        assert_eq!(heads.get("a"), Some(Seen { id: 1, tail: 12 }));
-        assert_eq!(heads.get("b"), None);
+        let get = |name| heads.get_minted(name).map(|(seen, _)| seen);
+        assert_eq!(get("a"), Some(Seen { id: 1, tail: 12 }));
+        assert_eq!(get("b"), None);
         // a re-created under its name: another incarnation.
         let again = heads.update(&asked[..1], vec![listed("a", 4, 0)]);
         assert_eq!(again, ["a"]);
-        assert_eq!(heads.get("a"), Some(Seen { id: 4, tail: 0 }));
+        assert_eq!(get("a"), Some(Seen { id: 4, tail: 0 }));
         heads.keep_only(&HashSet::from(["c".to_string()]));
-        assert_eq!(heads.get("a"), None);
-        assert_eq!(heads.get("c"), Some(Seen { id: 3, tail: 0 }));
+        assert_eq!(get("a"), None);
+        assert_eq!(get("c"), Some(Seen { id: 3, tail: 0 }));
     }
 }

@@ -1,15 +1,19 @@
 //! Subscriptions and wakes as the protocol's JSON shows them.
 
-use runnel_core::subscription::{Delivery, Link, Subscription};
+use runnel_core::subscription::{Delivery, Link, Seen, Subscription};
 use runnel_core::Offset;
 use serde_json::{json, Value};
 
 /// The path under the base URL where the signing keys are published.
 pub const JWKS_PATH: &str = "/v1/stream/__ds/jwks.json";
 
-/// An offset as the protocol writes it: `-1` before the first byte.
-pub fn offset(position: Option<u64>) -> String {
-    position.map_or_else(|| "-1".to_string(), |p| Offset(p).to_string())
+/// An offset as the protocol writes it, minted with the stream's
+/// incarnation: `-1` before the first byte.
+pub fn offset(position: Option<u64>, incarnation: u64) -> String {
+    position.map_or_else(
+        || "-1".to_string(),
+        |p| Offset(p).token_in(incarnation).as_str().to_string(),
+    )
 }
 
 fn link_type(link: &Link) -> &'static str {
@@ -20,16 +24,24 @@ fn link_type(link: &Link) -> &'static str {
     }
 }
 
-/// `GET /__ds/subscriptions/{id}` (and the answer to its PUT).
-pub fn subscription(sub: &Subscription, base: &str, kid: Option<&str>) -> Value {
+/// `GET /__ds/subscriptions/{id}` (and the answer to its PUT). `minted`
+/// gives a stream's head and the incarnation of its offsets (`None` for a
+/// stream that does not exist).
+pub fn subscription(
+    sub: &Subscription,
+    base: &str,
+    kid: Option<&str>,
+    minted: impl Fn(&str) -> Option<(Seen, u64)>,
+) -> Value {
     let streams: Vec<Value> = sub
         .links
         .iter()
         .map(|(path, link)| {
+            let incarnation = minted(path).map_or(0, |(_, i)| i);
             json!({
                 "path": path,
                 "link_type": link_type(link),
-                "acked_offset": offset(link.acked),
+                "acked_offset": offset(link.acked, incarnation),
             })
         })
         .collect();
@@ -66,21 +78,27 @@ pub fn subscription(sub: &Subscription, base: &str, kid: Option<&str>) -> Value 
 }
 
 /// The linked streams of a wake: each with its cursor, its tail in the
-/// wake's snapshot (or `tail_of`, for streams the snapshot lacks) and
-/// whether work is pending.
-pub fn wake_streams(sub: &Subscription, tail_of: impl Fn(&str) -> Option<u64>) -> Vec<Value> {
+/// wake's snapshot (or from `minted`, for streams the snapshot lacks) and
+/// whether work is pending; offsets minted with the incarnation `minted`
+/// gives (see [`subscription`]).
+pub fn wake_streams(
+    sub: &Subscription,
+    minted: impl Fn(&str) -> Option<(Seen, u64)>,
+) -> Vec<Value> {
     let snapshot = sub.wake.as_ref().map(|w| &w.snapshot);
     sub.links
         .iter()
         .map(|(path, link)| {
+            let head = minted(path);
+            let incarnation = head.map_or(0, |(_, i)| i);
             let tail = snapshot
                 .and_then(|s| s.get(path).copied())
-                .or_else(|| tail_of(path));
+                .or(head.map(|(seen, _)| seen.tail));
             json!({
                 "path": path,
                 "link_type": link_type(link),
-                "acked_offset": offset(link.acked),
-                "tail_offset": offset(tail),
+                "acked_offset": offset(link.acked, incarnation),
+                "tail_offset": offset(tail, incarnation),
                 "has_pending": tail.is_some_and(|t| link.pending_at(t)),
             })
         })

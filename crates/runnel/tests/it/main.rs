@@ -9,6 +9,7 @@ mod common;
 mod auth;
 mod auth_cluster;
 mod bench;
+mod caching;
 mod cluster;
 mod cluster_id;
 mod crash;
