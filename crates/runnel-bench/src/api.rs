@@ -18,6 +18,9 @@ use crate::BenchError;
 pub enum ApiStyle {
     Runnel,
     Durable,
+    /// The Durable Streams protocol with streams at the root (`/NAME`), as
+    /// `durable-streams` 0.1.5 serves them.
+    DurableRoot,
     Ursula,
     S2,
 }
@@ -46,6 +49,7 @@ impl ApiStyle {
     fn stream_path(self, name: &str) -> String {
         match self {
             ApiStyle::Runnel | ApiStyle::Durable => format!("/v1/stream/{name}"),
+            ApiStyle::DurableRoot => format!("/{name}"),
             ApiStyle::Ursula => format!("/{NAMESPACE}/{name}"),
             ApiStyle::S2 => format!("/v1/streams/{name}/records"),
         }
@@ -207,7 +211,7 @@ impl ApiStyle {
         let path = match self {
             ApiStyle::Runnel => format!("{}/$bootstrap", self.stream_path(name)),
             ApiStyle::Ursula => format!("{}/bootstrap", self.stream_path(name)),
-            ApiStyle::Durable | ApiStyle::S2 => return None,
+            ApiStyle::Durable | ApiStyle::DurableRoot | ApiStyle::S2 => return None,
         };
         Some(Call {
             method: Method::GET,

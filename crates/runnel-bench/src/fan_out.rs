@@ -16,7 +16,7 @@ use crate::client::{classify, Connection, Outcome, Target};
 use crate::common::{self, now_us, CommonArgs, Progress};
 use crate::long_poll::{self, OriginCounts};
 use crate::sse_client::SseReader;
-use crate::stats::{process_cpu_secs, Counts, Latency};
+use crate::stats::{other_process_cpu_secs, process_cpu_secs, Counts, Latency};
 use crate::BenchError;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -45,6 +45,10 @@ pub struct Args {
     /// the target.
     #[arg(long)]
     pub via: Option<String>,
+    /// The server's process id on this machine: its CPU time over the
+    /// measured phase is reported, per delivered event.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -153,6 +157,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     // The writers: events at fixed times (or back to back), each stamped
     // with its send time.
     let origin_before = OriginCounts::scrape(&targets).await;
+    let server_cpu_before = args.server_pid.and_then(other_process_cpu_secs);
     let cpu_start = process_cpu_secs();
     let start = Instant::now();
     let deadline = start + args.common.duration();
@@ -217,6 +222,13 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     let elapsed = start.elapsed();
+    let server_cpu = match (
+        server_cpu_before,
+        args.server_pid.and_then(other_process_cpu_secs),
+    ) {
+        (Some(before), Some(after)) => Some(after - before),
+        _ => None,
+    };
     let _ = stop_tx.send(true);
     drop(progress);
     let origin = match (origin_before, OriginCounts::scrape(&targets).await) {
@@ -276,6 +288,8 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
                 .map(|o| o.long_polls as f64 / counts.ok.max(1) as f64),
             "origin_catch_ups": origin.map(|o| o.catch_ups),
             "origin_read_bytes": origin.map(|o| o.read_bytes),
+            "server_cpu_secs": server_cpu,
+            "server_cpu_us_per_delivery": server_cpu.map(|s| s * 1e6 / deliveries.max(1) as f64),
         }),
         elapsed,
         counts,

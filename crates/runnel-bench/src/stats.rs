@@ -104,6 +104,19 @@ pub fn process_cpu_secs() -> f64 {
     secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
+/// CPU seconds (user and system) process `pid` has used, from
+/// `/proc/PID/stat`; `None` where it cannot be read.
+pub fn other_process_cpu_secs(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name may hold spaces; the fields after it do not.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks = |i: usize| fields.get(i)?.parse::<f64>().ok();
+    // SAFETY: sysconf reads a constant.
+    let per_sec = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    // utime and stime: fields 14 and 15 of the line, 12 and 13 after ')'.
+    Some((ticks(11)? + ticks(12)?) / per_sec.max(1.0))
+}
+
 /// What one run of a workload measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchResult {
