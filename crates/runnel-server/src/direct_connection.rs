@@ -52,7 +52,10 @@ where
     // say on this connection.
     let mut probe = [0u8; 64];
     loop {
+        // The body first: while events flow, the probe and the shutdown
+        // signal are not polled again for each one.
         let frame = tokio::select! {
+            biased;
             frame = body.frame() => frame,
             read = io.read(&mut probe) => match read {
                 Ok(0) | Err(_) => return Ok(()),
@@ -211,6 +214,18 @@ async fn write_framed<W: AsyncWrite + Unpin>(
         Framing::Length(_) => (&[], data, &[]),
         Framing::Chunked | Framing::None => (&[], &[], &[]),
     };
+    // A small answer or event goes out as one buffer: a plain `send` costs
+    // the kernel less than a `writev` (no file-position lock, no iovec
+    // import), and an SSE event is written once per reader.
+    let total = head.len() + size_line.len() + data.len() + end.len();
+    if total <= SMALL_WRITE_BYTES {
+        return WriteSmall {
+            io,
+            parts: [head, size_line, data, end],
+            written: 0,
+        }
+        .await;
+    }
     let mut slices = [
         IoSlice::new(head),
         IoSlice::new(size_line),
@@ -226,6 +241,58 @@ async fn write_framed<W: AsyncWrite + Unpin>(
         IoSlice::advance_slices(&mut remaining, written);
     }
     Ok(())
+}
+
+/// Writes up to this long are copied into one buffer (see [`write_framed`]).
+const SMALL_WRITE_BYTES: usize = 1024;
+
+/// Writes the concatenation of `parts` (at most [`SMALL_WRITE_BYTES`]) as
+/// one buffer per `write`. The buffer is made on the stack of each poll
+/// from what is left, never kept in the future: a connection waiting to
+/// write holds no copy.
+struct WriteSmall<'a, W> {
+    io: &'a mut W,
+    parts: [&'a [u8]; 4],
+    written: usize,
+}
+
+impl<W: AsyncWrite + Unpin> std::future::Future for WriteSmall<'_, W> {
+    type Output = io::Result<()>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        use std::task::Poll;
+        let this = &mut *self;
+        let mut buf = [0u8; SMALL_WRITE_BYTES];
+        let mut len = 0;
+        // What is left after the bytes already written.
+        let mut skip = this.written;
+        for part in this.parts {
+            if skip >= part.len() {
+                skip -= part.len();
+                continue;
+            }
+            let rest = &part[skip..];
+            skip = 0;
+            buf[len..len + rest.len()].copy_from_slice(rest);
+            len += rest.len();
+        }
+        let mut at = 0;
+        while at < len {
+            match std::pin::Pin::new(&mut *this.io).poll_write(cx, &buf[at..len]) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(n)) => {
+                    at += n;
+                    this.written += n;
+                }
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
 }
 
 /// How the body is delimited.
@@ -397,6 +464,68 @@ mod tests {
                 }
             })
         }
+    }
+
+    #[test]
+    fn small_writes_survive_partial_writes_and_waits() {
+        /// Takes at most 3 bytes a write, and says "not now" every other
+        /// time (waking the writer at once).
+        struct Trickle {
+            got: Vec<u8>,
+            turn: usize,
+        }
+        impl AsyncWrite for Trickle {
+            fn poll_write(
+                mut self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<io::Result<usize>> {
+                self.turn += 1;
+                if self.turn.is_multiple_of(2) {
+                    cx.waker().wake_by_ref();
+                    return std::task::Poll::Pending;
+                }
+                let n = buf.len().min(3);
+                self.got.extend_from_slice(&buf[..n]);
+                std::task::Poll::Ready(Ok(n))
+            }
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<io::Result<()>> {
+                std::task::Poll::Ready(Ok(()))
+            }
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<io::Result<()>> {
+                std::task::Poll::Ready(Ok(()))
+            }
+        }
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut io = Trickle {
+            got: Vec::new(),
+            turn: 0,
+        };
+        runtime
+            .block_on(write_framed(
+                &mut io,
+                b"HEAD ",
+                Framing::Chunked,
+                b"event body",
+            ))
+            .unwrap();
+        assert_eq!(io.got, b"HEAD a\r\nevent body\r\n");
+        // Too long for one buffer: the vectored path, same bytes.
+        let long = vec![b'x'; SMALL_WRITE_BYTES];
+        io.got.clear();
+        runtime
+            .block_on(write_framed(&mut io, b"", Framing::Chunked, &long))
+            .unwrap();
+        assert_eq!(io.got.len(), long.len() + 4 + 2 + 1);
+        assert!(io.got.starts_with(b"400\r\nxx"));
     }
 
     #[test]

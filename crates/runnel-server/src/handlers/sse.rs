@@ -68,8 +68,10 @@ pub async fn serve(
         finished: rendered.reached_close,
         first: rendered.bytes,
         first_events: rendered.events,
-        keepalive: Box::pin(tokio::time::sleep(app.config.sse_keepalive)),
-        deadline: Box::pin(tokio::time::sleep(app.config.sse_max_duration)),
+        timer: Box::pin(tokio::time::sleep(
+            app.config.sse_keepalive.min(app.config.sse_max_duration),
+        )),
+        ends_at: now + app.config.sse_max_duration,
         last_sent: now,
         app,
         name: name.into(),
@@ -107,10 +109,12 @@ struct Tail {
     first: Option<Bytes>,
     /// Events in `first`.
     first_events: u64,
-    // Timers live as long as the connection: re-arming is cheaper than
-    // creating and dropping them around every event.
-    keepalive: Pin<Box<Sleep>>,
-    deadline: Pin<Box<Sleep>>,
+    // One timer for the next keepalive and the end of the connection,
+    // whichever comes first; it lives as long as the connection: re-arming
+    // is cheaper than creating and dropping one around every event, and
+    // one timer is polled when the connection parks, not two.
+    timer: Pin<Box<Sleep>>,
+    ends_at: Instant,
     last_sent: Instant,
     _permit: super::LiveReaderSlot,
 }
@@ -128,24 +132,33 @@ impl Tail {
                 return None;
             }
             if self.waiting {
+                // A change first: while events flow, the timers are not
+                // polled again for each one.
                 tokio::select! {
+                    biased;
                     changed = self.changes.changed() => {
                         if changed.is_err() {
                             return None;
                         }
                         self.seen = *self.changes.borrow_and_update();
                     }
-                    _ = self.keepalive.as_mut() => {
+                    _ = self.timer.as_mut() => {
+                        let now = Instant::now();
+                        if now >= self.ends_at {
+                            return None;
+                        }
                         let due = self.last_sent + self.app.config.sse_keepalive;
-                        if Instant::now() >= due {
-                            self.last_sent = Instant::now();
-                            self.keepalive.as_mut().reset(self.last_sent + self.app.config.sse_keepalive);
+                        let keepalive = now >= due;
+                        if keepalive {
+                            self.last_sent = now;
+                        }
+                        let next = (self.last_sent + self.app.config.sse_keepalive).min(self.ends_at);
+                        self.timer.as_mut().reset(next);
+                        if keepalive {
                             return Some(Bytes::from_static(b": keepalive\n\n"));
                         }
-                        self.keepalive.as_mut().reset(due);
                         continue;
                     }
-                    _ = self.deadline.as_mut() => return None,
                 }
             }
             // Deleted or expired: end the connection; a reconnect gets 404/410.
