@@ -200,13 +200,13 @@ lane_network() {
   # private leaks, nothing of a deleted stream comes back. A careless
   # cache must be caught leaking, and an origin that forbids caching
   # must be caught costing a long-poll per reader.
-  run network cache-proxy env READERS="1000 5000" SECS=15 scripts/cache-proxy.sh "$bin"
+  run network cache-proxy env READERS="1000 5000" SECS=10 scripts/cache-proxy.sh "$bin"
   run network leaky-cache-is-caught expect_failure "^FAIL leaks: .* got the private bytes" \
     scripts/cache-proxy.sh "$bin" --only leaks --break-cache
   run network stale-cache-is-caught expect_failure "^FAIL recreate:" \
     scripts/cache-proxy.sh "$bin" --only recreate --break-cache
   run network uncached-origin-is-caught expect_failure "^FAIL collapse: the origin answered" \
-    env READERS=200 SECS=5 scripts/cache-proxy.sh "$bin" --only collapse --origin-no-cache
+    env READERS=100 SECS=3 scripts/cache-proxy.sh "$bin" --only collapse --origin-no-cache
 }
 
 stage "running the lanes"

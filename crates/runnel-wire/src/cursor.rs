@@ -10,7 +10,7 @@
 //! value, the answer is the client's plus one: cursors only ever grow, so
 //! a cached empty answer cannot loop forever.
 //!
-//! Cursors stay below 2^53 (JavaScript numbers) until the year 2595.
+//! Cursors stay below 2^53 (JavaScript's exact integers) until 2081.
 
 /// 2024-10-09T00:00:00Z in Unix milliseconds.
 const EPOCH_MS: i64 = 1_728_432_000_000;
@@ -64,10 +64,10 @@ mod tests {
     }
 
     #[test]
-    fn cursors_fit_javascript_numbers_for_centuries() {
-        // 2500-01-01 in Unix milliseconds.
-        let year_2500 = 16_725_225_600_000;
-        let cursor = next_cursor_value(year_2500, None, POSITIONS - 1);
-        assert!(cursor < 1 << 53, "{cursor}");
+    fn cursors_are_exact_javascript_numbers_until_2081() {
+        // 2081-01-01 and 2082-01-01 in Unix milliseconds.
+        let (year_2081, year_2082) = (3_502_915_200_000, 3_534_451_200_000);
+        assert!(next_cursor_value(year_2081, None, POSITIONS - 1) < 1 << 53);
+        assert!(next_cursor_value(year_2082, None, 0) > 1 << 53);
     }
 }

@@ -74,7 +74,10 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
     } else {
         app.config.max_read_bytes
     };
-    let mut result = engine.read(&name, from, max_bytes).await?;
+    let mut result = match engine.read(&name, from, max_bytes).await {
+        Ok(result) => result,
+        Err(e) => return Err(other_incarnation_or(&app, &name, incarnation, e.into())),
+    };
     if !result.plan.info.accepts_incarnation(incarnation) {
         return Err(ApiError::OtherIncarnation);
     }
@@ -114,6 +117,28 @@ pub async fn get(app: AppState, name: String, request: Request) -> Result<Respon
             .fetch_add(len, std::sync::atomic::Ordering::Relaxed);
     }
     Ok(response)
+}
+
+/// `error`, unless the offset read from was minted for an earlier stream of
+/// this name: its position may be past this stream's tail or before its
+/// start, and the reader should hear that its stream is gone (410), not
+/// that its offset is wrong.
+pub(super) fn other_incarnation_or(
+    app: &AppState,
+    name: &str,
+    incarnation: u64,
+    error: ApiError,
+) -> ApiError {
+    let other = incarnation != 0
+        && app
+            .node
+            .head(name)
+            .is_ok_and(|info| !info.accepts_incarnation(incarnation));
+    if other {
+        ApiError::OtherIncarnation
+    } else {
+        error
+    }
 }
 
 /// A catch-up that reaches the open tail may be cached only briefly, and

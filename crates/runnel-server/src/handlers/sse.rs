@@ -34,7 +34,17 @@ pub async fn serve(
     let permit = super::admit_live_reader(&app, crate::metrics::LiveMode::Sse)?;
     // Errors before the first byte are ordinary statuses.
     let engine = app.node.engine_for(&name);
-    let first = engine.read(&name, from, app.config.max_read_bytes).await?;
+    let first = match engine.read(&name, from, app.config.max_read_bytes).await {
+        Ok(first) => first,
+        Err(e) => {
+            return Err(super::read::other_incarnation_or(
+                &app,
+                &name,
+                incarnation,
+                e.into(),
+            ))
+        }
+    };
     if !first.plan.info.accepts_incarnation(incarnation) {
         return Err(ApiError::OtherIncarnation);
     }

@@ -300,9 +300,11 @@ async fn offsets_carry_the_stream_incarnation() {
     let new = incarnation(&new_tail);
     assert!(new > old, "a later incarnation sorts after: {old} {new}");
     assert!(new_tail > old_tail);
-    // The old stream's offsets are refused, whatever position they name.
+    // The old stream's offsets are refused, whatever position they name
+    // (past the new stream's tail too).
     let start = format!("{:016}_{:016}", old, 0);
-    for token in [&start, &old_tail] {
+    let past = format!("{:016}_{:016}", old, 1000);
+    for token in [&start, &old_tail, &past] {
         for live in ["", "&live=long-poll", "&live=sse"] {
             let r = send(&c, Method::GET, &format!("{s}?offset={token}{live}"), None).await;
             assert_eq!(r.status(), StatusCode::GONE, "{token}{live}");
