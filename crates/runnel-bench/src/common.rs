@@ -193,6 +193,17 @@ pub fn finish(
     Ok(result)
 }
 
+/// Where readers connect: the cache at `via` (with the targets' token), or
+/// the targets themselves.
+pub fn reader_targets(targets: &[Target], via: Option<&str>) -> Result<Vec<Target>, BenchError> {
+    let Some(via) = via else {
+        return Ok(targets.to_vec());
+    };
+    let mut via = Target::parse(via)?;
+    via.token.clone_from(&targets[0].token);
+    Ok(vec![via])
+}
+
 /// Raises the open-file limit to the hard limit (thousands of sockets).
 pub fn raise_open_file_limit() {
     let mut limit = libc::rlimit {

@@ -96,14 +96,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         .map_or(sse_path.as_str(), |(path, _)| path)
         .to_string();
     common::create_streams(&targets, style, std::slice::from_ref(&name), "text/plain").await?;
-    let reader_targets = match &args.via {
-        Some(via) => {
-            let mut via = Target::parse(via)?;
-            via.token.clone_from(&targets[0].token);
-            vec![via]
-        }
-        None => targets.clone(),
-    };
+    let reader_targets = common::reader_targets(&targets, args.via.as_deref())?;
     let writers = args.writers.max(1);
 
     let ready = Arc::new(AtomicU64::new(0));

@@ -83,14 +83,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         tokio::time::sleep(Duration::from_secs_f64(args.settle_secs)).await;
     }
 
-    let readers = match &args.via {
-        Some(via) => {
-            let mut via = Target::parse(via)?;
-            via.token.clone_from(&targets[0].token);
-            vec![via]
-        }
-        None => targets.clone(),
-    };
+    let readers = common::reader_targets(&targets, args.via.as_deref())?;
     let origin_before = OriginCounts::scrape(&targets).await;
     let cpu_start = process_cpu_secs();
     let done = Arc::new(AtomicU64::new(0));
