@@ -200,7 +200,7 @@ lane_network() {
   # private leaks, nothing of a deleted stream comes back. A careless
   # cache must be caught leaking, and an origin that forbids caching
   # must be caught costing a long-poll per reader.
-  run network cache-proxy env READERS="1000 5000" SECS=10 scripts/cache-proxy.sh "$bin"
+  run network cache-proxy env READERS="1000 5000" SECS=10 STORM=500 scripts/cache-proxy.sh "$bin"
   run network leaky-cache-is-caught expect_failure "^FAIL leaks: .* got the private bytes" \
     scripts/cache-proxy.sh "$bin" --only leaks --break-cache
   run network stale-cache-is-caught expect_failure "^FAIL recreate:" \
