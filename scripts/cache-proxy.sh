@@ -59,13 +59,11 @@ cleanup() {
 trap cleanup EXIT
 ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
 
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 failures=0
 
 # The two origins: open, and with access control (anyone may read pub/).
-open_port=$(free_port)
-auth_port=$(free_port)
+read -r open_port auth_port open_proxy auth_proxy < <("$root/scripts/free-ports.sh" 4)
 token_hash() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }
 cat >"$work/auth.toml" <<EOF
 anonymous_grants = [{ prefix = "pub/", allow = ["read"] }]
@@ -90,8 +88,6 @@ pids+=($!)
 pids+=($!)
 
 # The proxy: one server block per origin.
-open_proxy=$(free_port)
-auth_proxy=$(free_port)
 if [ -n "$break_cache" ]; then
   caching="proxy_ignore_headers Cache-Control Expires Vary; proxy_cache_valid 200 60s;"
 else

@@ -69,28 +69,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# N ports, each with its successor free too (a cluster node's Raft port),
-# all distinct, below the kernel's ephemeral range: a port from that range
-# can be taken as the source port of a node's connection to a peer that has
-# not started yet, and the peer then cannot bind it.
-free_port_pairs() {
-  python3 - "$1" <<'PY'
-import random, socket, sys
-wanted, taken, chosen = int(sys.argv[1]), set(), []
-while len(chosen) < wanted:
-    port = random.randrange(20000, 32000)
-    if {port, port + 1} & taken:
-        continue
-    try:
-        for p in (port, port + 1):
-            s = socket.socket(); s.bind(("127.0.0.1", p)); s.close()
-    except OSError:
-        continue
-    taken |= {port, port + 1}
-    chosen.append(port)
-print(" ".join(map(str, chosen)))
-PY
-}
+# N ports, each with its successor free too (a cluster node's Raft port).
+free_port_pairs() { "$root/scripts/free-ports.sh" "$1"; }
 
 scheme=http
 curl_tls=()

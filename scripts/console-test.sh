@@ -10,7 +10,7 @@ bin=${1:-$root/target/release/runnel}
 data=$(mktemp -d)
 shots=$root/target/console-screenshots
 mkdir -p "$shots"
-port=$((20000 + RANDOM % 20000))
+port=$("$root/scripts/free-ports.sh" 1)
 auth_port=$((port + 1))
 token=console-admin-$RANDOM$RANDOM
 cat >"$data/auth.toml" <<EOF
@@ -37,6 +37,11 @@ for p in "$port" "$auth_port"; do
     curl -s -o /dev/null "http://127.0.0.1:$p/health" && break
     sleep 0.1
   done
+  curl -s -o /dev/null "http://127.0.0.1:$p/health" || {
+    echo "console: the server on port $p did not start; its logs:" >&2
+    cat "$data/server.log" "$data/auth-server.log" >&2
+    exit 1
+  }
 done
 cd "$root/js-tests"
 CONSOLE_TEST_URL="http://127.0.0.1:$port" CONSOLE_AUTH_URL="http://127.0.0.1:$auth_port" \

@@ -30,22 +30,38 @@ pub struct Server {
     pub base: String,
 }
 
+/// Ports servers are started on: below the kernel's ephemeral range, whose
+/// ports other tests' client connections take meanwhile (a load test's
+/// thousands of them), so that a port found free stays free until the
+/// server binds it (see `scripts/free-ports.sh`).
+const PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+fn is_free(port: u16) -> bool {
+    std::net::TcpListener::bind(("127.0.0.1", port)).is_ok()
+}
+
 fn free_port() -> std::io::Result<u16> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port())
+    free_ports(1)
 }
 
 /// A free port on 127.0.0.1 whose next port is free too (a cluster node's
 /// Raft port is its HTTP port plus one).
 pub fn free_port_pair() -> std::io::Result<u16> {
-    for _ in 0..100 {
-        let port = free_port()?;
-        if port < u16::MAX && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok() {
+    free_ports(2)
+}
+
+/// A port of [`PORTS`] with the `run - 1` ports after it free too.
+fn free_ports(run: u16) -> std::io::Result<u16> {
+    use rand::Rng;
+    for _ in 0..1000 {
+        let port = rand::thread_rng().gen_range(PORTS.start..PORTS.end - run);
+        if (port..port + run).all(is_free) {
             return Ok(port);
         }
     }
-    Err(std::io::Error::other("no two free ports in a row"))
+    Err(std::io::Error::other(
+        "no free ports below the ephemeral range",
+    ))
 }
 
 /// The last `n` lines of the server log, for error messages.
