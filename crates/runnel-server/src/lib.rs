@@ -10,6 +10,7 @@
 //! and pull-wake delivery ([`subscriptions`]). It holds no stream state of its own.
 
 pub mod cache;
+pub mod cancel_budget;
 pub mod connection;
 pub mod console;
 pub mod direct_connection;

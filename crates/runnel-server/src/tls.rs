@@ -5,15 +5,17 @@
 //! Browsers open at most six HTTP/1.1 connections per origin, so a page
 //! with more SSE streams needs HTTP/2. Its server is hyper's, with limits
 //! against the known floods: concurrent streams per connection, streams
-//! a client resets before they are answered (the "rapid reset" attack),
-//! and streams it makes fail.
+//! a client resets before they are accepted (the "rapid reset" attack;
+//! [`cancel_budget`] bounds the ones reset after), and streams it makes
+//! fail.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::Watcher;
 
+use crate::cancel_budget::{self, CancelBudget};
 use crate::{auth, AppState, ServerConfig};
 
 /// Streams one HTTP/2 connection may have open at once.
@@ -45,9 +47,36 @@ pub(crate) async fn serve_http2<I>(
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let service = crate::hyper_service(app, peer);
+    let budget = CancelBudget::new(Instant::now());
+    let inner = crate::hyper_service(app, peer);
+    let service = {
+        let budget = budget.clone();
+        hyper::service::service_fn(move |request| {
+            let answer = hyper::service::Service::call(&inner, request);
+            let watched = budget.watch();
+            async move {
+                let response = answer.await;
+                watched.answered();
+                response
+            }
+        })
+    };
     let served = watcher.watch(builder.serve_connection(TokioIo::new(io), service));
-    if let Err(e) = served.await {
-        tracing::debug!(error = %e, "HTTP/2 connection ended with an error");
+    tokio::select! {
+        served = served => {
+            if let Err(e) = served {
+                tracing::debug!(error = %e, "HTTP/2 connection ended with an error");
+            }
+        }
+        () = budget.exhausted() => {
+            // Dropping the connection closes the socket; the handlers of
+            // its open streams see their streams end.
+            tracing::warn!(
+                peer = %peer.0,
+                "HTTP/2 connection closed: the client cancelled more requests than allowed ({} at once, {} a second)",
+                cancel_budget::BURST,
+                cancel_budget::REFILL_PER_SEC
+            );
+        }
     }
 }

@@ -258,6 +258,12 @@ fn render_http(out: &mut Out, m: &Metrics) {
         "Connections cut off because the peer accepted no bytes within --write-stall-timeout-ms (slow readers).",
         crate::listener::stalled_connections(),
     );
+    out.one(
+        "runnel_http2_connections_cancel_flood_total",
+        "counter",
+        "HTTP/2 connections closed because the client cancelled more requests than allowed (the rapid reset flood).",
+        crate::cancel_budget::connections_closed(),
+    );
 }
 
 fn render_engine(out: &mut Out, e: &NodeMetrics) {
