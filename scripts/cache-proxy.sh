@@ -104,6 +104,8 @@ location() {
       proxy_cache_lock on;
       proxy_cache_lock_timeout 90s;
       proxy_cache_lock_age 90s;
+      proxy_cache_use_stale updating;
+      proxy_cache_background_update on;
       $caching
       add_header X-Cache \$upstream_cache_status always;
     }

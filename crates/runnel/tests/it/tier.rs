@@ -486,7 +486,13 @@ async fn dropped_history_leaves_the_bucket_after_the_grace_period() {
             "1",
         ],
     );
-    let client = reqwest::Client::new();
+    // The waits below can leave the client idle for as long as the
+    // server keeps idle connections (30 s): a pooled connection reused
+    // just as the server closes it is reset, so none is kept that long.
+    let client = reqwest::Client::builder()
+        .pool_idle_timeout(Duration::from_secs(5))
+        .build()
+        .unwrap();
     let server = Server::start_with(dir.path(), &flags, &[]).await;
     let (gone, trimmed) = (server.stream_url("gone"), server.stream_url("trimmed"));
     for url in [&gone, &trimmed] {
