@@ -14,30 +14,26 @@ use std::future::Future;
 use std::io::{self, IoSlice, Write};
 use std::time::SystemTime;
 
-use axum::body::Body;
 use axum::response::Response;
 use bytes::{Bytes, BytesMut};
-use http::{header, Request, StatusCode};
+use http::{header, StatusCode};
 use http_body_util::BodyExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 
-/// Serves the SSE `request` on `io` until the response ends, the peer goes
-/// or `shutdown` turns true, then closes the connection. `respond` is the
-/// application; `common` holds header lines every response gets.
-pub async fn serve<I, Respond, Answering>(
+/// Serves the SSE `response` on `io` until it ends, the peer goes or
+/// `shutdown` turns true, then closes the connection. `common` holds
+/// header lines every response gets.
+pub async fn serve<I>(
     mut io: I,
-    respond: Respond,
-    request: Request<Body>,
+    response: Response,
     mut shutdown: watch::Receiver<bool>,
     common: &[u8],
 ) -> io::Result<()>
 where
     I: AsyncRead + AsyncWrite + Unpin,
-    Respond: FnOnce(Request<Body>) -> Answering,
-    Answering: Future<Output = Response>,
 {
-    let (parts, body) = respond(request).await.into_parts();
+    let (parts, body) = response.into_parts();
     let framing = Framing::of(parts.status, axum::body::HttpBody::size_hint(&body).exact());
     let head = render_head(&parts, framing, true, common);
     drop(parts);
@@ -297,7 +293,7 @@ impl<W: AsyncWrite + Unpin> std::future::Future for WriteSmall<'_, W> {
 
 /// How the body is delimited.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Framing {
+pub(crate) enum Framing {
     /// No body allowed (204, 304).
     None,
     Length(u64),
@@ -318,7 +314,7 @@ impl Framing {
 
 /// Status line and headers, with the `common` lines, `Date`, the framing
 /// header and, when `close`, `Connection: close`.
-fn render_head(
+pub(crate) fn render_head(
     parts: &http::response::Parts,
     framing: Framing,
     close: bool,
@@ -434,9 +430,11 @@ fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::body::Body;
     use axum::routing::get;
     use axum::Router;
     use futures::StreamExt;
+    use http::Request;
     use std::convert::Infallible;
     use tower::ServiceExt;
 
@@ -545,7 +543,9 @@ mod tests {
         let (client, server) = tokio::io::duplex(1 << 16);
         let (_stop, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
-        serve(server, with(app), request, stop, b"").await.unwrap();
+        serve(server, with(app)(request).await, stop, b"")
+            .await
+            .unwrap();
         let mut client = client;
         let mut all = String::new();
         client.read_to_string(&mut all).await.unwrap();
@@ -766,7 +766,7 @@ mod tests {
         let (_stop, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
         let served =
-            tokio::spawn(async move { serve(server, with(app), request, stop, b"").await });
+            tokio::spawn(async move { serve(server, with(app)(request).await, stop, b"").await });
         drop(client);
         tokio::time::timeout(std::time::Duration::from_secs(5), served)
             .await
@@ -782,7 +782,7 @@ mod tests {
         let (stop_tx, stop) = watch::channel(false);
         let request = Request::get("/x").body(Body::empty()).unwrap();
         let served =
-            tokio::spawn(async move { serve(server, with(app), request, stop, b"").await });
+            tokio::spawn(async move { serve(server, with(app)(request).await, stop, b"").await });
         let mut head = [0u8; 12];
         client.read_exact(&mut head).await.unwrap();
         stop_tx.send(true).unwrap();

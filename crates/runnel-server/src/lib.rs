@@ -15,6 +15,7 @@ pub mod connection;
 pub mod console;
 pub mod direct_connection;
 pub mod error;
+pub mod fan_out;
 pub mod forward;
 pub mod handlers;
 pub mod listener;
@@ -168,6 +169,8 @@ pub struct App {
     pub live_readers: Arc<tokio::sync::Semaphore>,
     /// SSE events rendered once for all readers at a stream position.
     pub sse_cache: Arc<handlers::SseRenderCache>,
+    /// The hubs writing to caught-up SSE readers on plain connections.
+    pub fan_out: Arc<fan_out::FanOut>,
     /// Refuses new live readers while the process is over its memory limit.
     pub memory: Arc<memory::MemoryGuard>,
     /// This node's name for the `Runnel-Served-By` header.
@@ -211,6 +214,7 @@ pub fn app_with(node: Arc<dyn NodeEngine>, config: ServerConfig, options: AppOpt
         },
         live_readers: Arc::new(tokio::sync::Semaphore::new(config.max_live_readers.max(1))),
         sse_cache: Arc::default(),
+        fan_out: Arc::default(),
         memory: memory::MemoryGuard::start(config.max_memory_bytes),
         metrics: Arc::default(),
         cache_headers: cache::CacheHeaders::new(&config.cache),
@@ -347,7 +351,7 @@ async fn serve_connection<I>(
     stop: tokio::sync::watch::Receiver<bool>,
     read_timeout: Duration,
 ) where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + fan_out::IntoShared + Send + 'static,
 {
     use hyper_util::rt::TokioIo;
 
@@ -393,6 +397,34 @@ where
     })
 }
 
+/// Serves an SSE answer on the server's own path: through the stream's
+/// hub when the connection can share its socket (plain TCP), otherwise
+/// by polling the answer's body.
+async fn serve_sse<I>(
+    io: I,
+    response: axum::response::Response,
+    stop: tokio::sync::watch::Receiver<bool>,
+    common: &[u8],
+) -> std::io::Result<()>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + fan_out::IntoShared,
+{
+    let slot = response
+        .extensions()
+        .get::<handlers::sse::SseTail>()
+        .cloned();
+    let Some((slot, tail)) = slot.and_then(|slot| slot.take().map(|tail| (slot, tail))) else {
+        return direct_connection::serve(io, response, stop, common).await;
+    };
+    match io.into_shared() {
+        Ok(socket) => fan_out::serve(socket, response, tail, stop, common).await,
+        Err(io) => {
+            slot.put_back(tail);
+            direct_connection::serve(io, response, stop, common).await
+        }
+    }
+}
+
 /// Serves the requests of a connection that this path takes; returns the
 /// connection and the bytes already read of the first request it does not
 /// take, for hyper, or `None` once the connection is over.
@@ -404,7 +436,7 @@ async fn serve_directly<I>(
     read_timeout: Duration,
 ) -> Option<(I, bytes::Bytes)>
 where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + fan_out::IntoShared,
 {
     use connection::NextRequest;
 
@@ -435,15 +467,8 @@ where
         };
         match next {
             NextRequest::Sse(request) => {
-                if let Err(e) = direct_connection::serve(
-                    io,
-                    respond,
-                    connection::sse_request(*request),
-                    stop,
-                    common,
-                )
-                .await
-                {
+                let response = respond(connection::sse_request(*request)).await;
+                if let Err(e) = serve_sse(io, response, stop, common).await {
                     tracing::debug!(error = %e, "SSE connection ended with an error");
                 }
                 return None;

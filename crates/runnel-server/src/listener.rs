@@ -87,6 +87,12 @@ fn is_per_connection(e: &io::Error) -> bool {
 /// stall limit (slow readers), over the process's life.
 static STALLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Counts a connection cut off as stalled by a writer of its own (the
+/// fan-out path's shared sockets).
+pub(crate) fn count_stall() {
+    STALLED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// How many connections were cut off as stalled, for `/metrics`.
 pub fn stalled_connections() -> u64 {
     STALLED.load(std::sync::atomic::Ordering::Relaxed)
@@ -131,6 +137,16 @@ impl CountedStream {
                 }
             }
         }
+    }
+}
+
+impl crate::fan_out::IntoShared for CountedStream {
+    fn into_shared(self) -> Result<crate::fan_out::SharedSocket, Self> {
+        Ok(crate::fan_out::SharedSocket::new(
+            self.stream,
+            self.stall_limit,
+            Some(self._slot),
+        ))
     }
 }
 

@@ -14,7 +14,7 @@ mod pin;
 mod read;
 pub mod read_token;
 mod snapshot;
-mod sse;
+pub mod sse;
 
 pub(crate) use append::append_json;
 pub use append::direct as append_directly;

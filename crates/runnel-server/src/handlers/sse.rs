@@ -91,16 +91,53 @@ pub async fn serve(
     };
     // Pull-based: the connection asks for the next event only when it can
     // write it, so a slow reader costs no buffer; a reader that stops
-    // reading entirely is cut off by the transport's stall timeout.
-    let events = futures::stream::unfold(tail, |mut tail| async move {
+    // reading entirely is cut off by the transport's stall timeout. The
+    // server's own path may take the tail out of the response instead
+    // (`SseTail`) and never poll the body.
+    let slot = SseTail(Arc::new(Mutex::new(Some(tail))));
+    let events = futures::stream::unfold((slot.clone(), None), |(slot, tail)| async move {
+        let mut tail = match tail {
+            Some(tail) => tail,
+            None => slot.take()?,
+        };
         let chunk = tail.next_chunk().await?;
-        Some((Ok::<_, Infallible>(chunk), tail))
+        Some((Ok::<_, Infallible>(chunk), (slot, Some(tail))))
     });
-    Ok((StatusCode::OK, headers, Body::from_stream(events)).into_response())
+    let mut response = (StatusCode::OK, headers, Body::from_stream(events)).into_response();
+    response.extensions_mut().insert(slot);
+    Ok(response)
+}
+
+/// An SSE response's reader state, in the response's extensions: whoever
+/// takes it first serves the events, the body or the server's own path
+/// (which writes caught-up readers through the stream's hub).
+#[derive(Clone)]
+pub struct SseTail(Arc<Mutex<Option<Tail>>>);
+
+impl SseTail {
+    pub fn take(&self) -> Option<Tail> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Gives back a tail taken but not served, for the body to serve.
+    pub fn put_back(&self, tail: Tail) {
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(tail);
+    }
+}
+
+/// What a reader does next.
+pub enum Next {
+    /// Write these bytes (events or a keepalive).
+    Bytes(Bytes),
+    /// The reader is at the stream's tail with nothing to write: it may
+    /// join the stream's hub (only when asked not to park).
+    CaughtUp,
+    /// The response is over: stream closed or gone, or maximum duration.
+    End,
 }
 
 /// One SSE connection's position in its stream.
-struct Tail {
+pub struct Tail {
     app: AppState,
     /// Shared with the render cache's keys.
     name: Arc<str>,
@@ -133,13 +170,25 @@ impl Tail {
     /// The next bytes to write: events, or a keepalive comment. `None` ends
     /// the connection (stream closed or gone, or maximum duration).
     async fn next_chunk(&mut self) -> Option<Bytes> {
+        match self.next(true).await {
+            Next::Bytes(bytes) => Some(bytes),
+            Next::CaughtUp | Next::End => None,
+        }
+    }
+
+    /// What to write next; with `park`, waits at the tail for the next
+    /// event or keepalive, otherwise answers [`Next::CaughtUp`] there.
+    pub async fn next(&mut self, park: bool) -> Next {
         if let Some(first) = self.first.take() {
             self.count(&first, self.first_events);
-            return Some(first);
+            return Next::Bytes(first);
         }
         loop {
             if self.finished {
-                return None;
+                return Next::End;
+            }
+            if self.waiting && !park {
+                return Next::CaughtUp;
             }
             if self.waiting {
                 // A change first: while events flow, the timers are not
@@ -148,14 +197,14 @@ impl Tail {
                     biased;
                     changed = self.changes.changed() => {
                         if changed.is_err() {
-                            return None;
+                            return Next::End;
                         }
                         self.seen = *self.changes.borrow_and_update();
                     }
                     _ = self.timer.as_mut() => {
                         let now = Instant::now();
                         if now >= self.ends_at {
-                            return None;
+                            return Next::End;
                         }
                         let due = self.last_sent + self.app.config.sse_keepalive;
                         let keepalive = now >= due;
@@ -165,14 +214,25 @@ impl Tail {
                         let next = (self.last_sent + self.app.config.sse_keepalive).min(self.ends_at);
                         self.timer.as_mut().reset(next);
                         if keepalive {
-                            return Some(Bytes::from_static(b": keepalive\n\n"));
+                            return Next::Bytes(Bytes::from_static(b": keepalive\n\n"));
                         }
                         continue;
                     }
                 }
             }
             // Deleted or expired: end the connection; a reconnect gets 404/410.
-            let rendered = self.render().await?;
+            let Some(rendered) = render_at(
+                &self.app,
+                &self.name,
+                self.id,
+                self.position,
+                self.cursor.as_deref(),
+                self.seen,
+            )
+            .await
+            else {
+                return Next::End;
+            };
             self.position = rendered.next;
             // A render made before this connection's last wake-up may
             // predate the commit that woke it: read again rather than wait.
@@ -181,9 +241,46 @@ impl Tail {
             if let Some(bytes) = &rendered.bytes {
                 self.last_sent = Instant::now();
                 self.count(bytes, rendered.events);
-                return Some(bytes.clone());
+                return Next::Bytes(bytes.clone());
             }
         }
+    }
+
+    /// Where the reader is in the stream.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// The `cursor` its client sent (one that does not parse counts as
+    /// none, as the shared rendering counts it).
+    pub fn cursor(&self) -> Option<u64> {
+        self.cursor.as_deref().and_then(|c| c.parse().ok())
+    }
+
+    pub fn app(&self) -> &AppState {
+        &self.app
+    }
+
+    pub fn stream(&self) -> (&Arc<str>, StreamId) {
+        (&self.name, self.id)
+    }
+
+    /// When the connection must end (`--sse-max-duration`).
+    pub fn ends_at(&self) -> Instant {
+        self.ends_at
+    }
+
+    /// Continues at `position` after the hub handed the reader back: the
+    /// next call reads from there (the hub may have seen commits this
+    /// reader's notifier has not told it of); `finished` when the hub
+    /// wrote the stream's closing event.
+    pub fn resume(&mut self, position: u64, finished: bool) {
+        self.position = position;
+        self.waiting = false;
+        self.finished |= finished;
+        self.last_sent = Instant::now();
+        let next = (self.last_sent + self.app.config.sse_keepalive).min(self.ends_at);
+        self.timer.as_mut().reset(next);
     }
 
     fn count(&self, bytes: &Bytes, events: u64) {
@@ -192,36 +289,48 @@ impl Tail {
         metrics.sse_events.fetch_add(events, Relaxed);
         metrics.sse_bytes.fetch_add(bytes.len() as u64, Relaxed);
     }
+}
 
-    /// The events from the current position, rendered once per stream and
-    /// position for every connection there. A connection whose own cursor
-    /// is not behind the shared rendering's renders for itself (its
-    /// control events must carry a larger cursor).
-    async fn render(&self) -> Option<Arc<Rendered>> {
-        let key = RenderKey {
-            name: Arc::clone(&self.name),
-            id: self.id,
-            position: self.position,
-        };
-        let cursor = self.cursor.as_deref();
-        if let Some(hit) = self.app.sse_cache.get(&key) {
-            if hit.serves(cursor) {
-                return Some(hit);
-            }
+/// The events of stream `name` (incarnation `id`) from `position`,
+/// rendered once per stream and position for every connection there. A
+/// connection whose own cursor is not behind the shared rendering's
+/// renders for itself (its control events must carry a larger cursor).
+/// `seen` is the notifier version the reader had seen before reading;
+/// `None` when the stream is gone.
+pub(crate) async fn render_at(
+    app: &AppState,
+    name: &Arc<str>,
+    id: StreamId,
+    position: u64,
+    cursor: Option<&str>,
+    seen: u64,
+) -> Option<Arc<Rendered>> {
+    let key = RenderKey {
+        name: Arc::clone(name),
+        id,
+        position,
+    };
+    if let Some(hit) = app.sse_cache.get(&key) {
+        if hit.serves(parse_cursor(cursor)) {
+            return Some(hit);
         }
-        let engine = self.app.node.engine_for(&self.name);
-        let result = engine
-            .read_by_id(self.id, self.position, self.app.config.max_read_bytes)
-            .await
-            .ok()?;
-        let mut rendered = Rendered::of(&result, cursor, false);
-        rendered.version = self.seen;
-        let rendered = Arc::new(rendered);
-        if rendered.bytes.is_some() && rendered.serves(cursor) {
-            self.app.sse_cache.put(key, Arc::clone(&rendered));
-        }
-        Some(rendered)
     }
+    let engine = app.node.engine_for(name);
+    let result = engine
+        .read_by_id(id, position, app.config.max_read_bytes)
+        .await
+        .ok()?;
+    let mut rendered = Rendered::of(&result, cursor, false);
+    rendered.version = seen;
+    let rendered = Arc::new(rendered);
+    if rendered.bytes.is_some() && rendered.serves(parse_cursor(cursor)) {
+        app.sse_cache.put(key, Arc::clone(&rendered));
+    }
+    Some(rendered)
+}
+
+fn parse_cursor(cursor: Option<&str>) -> Option<u64> {
+    cursor.and_then(|c| c.parse::<u64>().ok())
 }
 
 /// A read rendered as SSE bytes, with where the reader goes next.
@@ -276,10 +385,35 @@ impl Rendered {
     /// Whether these bytes are what a connection with `cursor` would
     /// render: its cursor is behind the shared one, so its control event
     /// carries the shared cursor too.
-    fn serves(&self, cursor: Option<&str>) -> bool {
-        cursor
-            .and_then(|c| c.parse::<u64>().ok())
-            .is_none_or(|c| c < self.shared_cursor)
+    pub(crate) fn serves(&self, cursor: Option<u64>) -> bool {
+        cursor.is_none_or(|c| c < self.shared_cursor)
+    }
+
+    /// The events, if the read found anything to say.
+    pub(crate) fn bytes(&self) -> Option<&Bytes> {
+        self.bytes.as_ref()
+    }
+
+    pub(crate) fn events(&self) -> u64 {
+        self.events
+    }
+
+    /// Where the stream continues after these events.
+    pub(crate) fn next(&self) -> u64 {
+        self.next
+    }
+
+    pub(crate) fn up_to_date(&self) -> bool {
+        self.up_to_date
+    }
+
+    pub(crate) fn reached_close(&self) -> bool {
+        self.reached_close
+    }
+
+    /// The notifier version its reader had seen before reading.
+    pub(crate) fn version(&self) -> u64 {
+        self.version
     }
 }
 

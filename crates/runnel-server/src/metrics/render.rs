@@ -259,6 +259,18 @@ fn render_http(out: &mut Out, m: &Metrics) {
         crate::listener::stalled_connections(),
     );
     out.one(
+        "runnel_sse_hub_deliveries_total",
+        "counter",
+        "SSE events written to caught-up readers by their stream's hub (plain HTTP/1.1 connections), one per reader and write.",
+        crate::fan_out::hub::deliveries(),
+    );
+    out.one(
+        "runnel_sse_hub_slow_handbacks_total",
+        "counter",
+        "SSE readers a hub handed back to their own task because their socket took less than a whole event.",
+        crate::fan_out::hub::slow_handbacks(),
+    );
+    out.one(
         "runnel_http2_connections_cancel_flood_total",
         "counter",
         "HTTP/2 connections closed because the client cancelled more requests than allowed (the rapid reset flood).",

@@ -15,6 +15,7 @@ mod cluster_id;
 mod crash;
 mod edges;
 mod elastic;
+mod fan_out;
 mod forks;
 mod history;
 mod hostile;

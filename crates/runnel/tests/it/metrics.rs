@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::Server;
 
 /// Every sample of a scrape: `name{labels}` to value.
-async fn scrape(client: &reqwest::Client, base: &str) -> BTreeMap<String, f64> {
+pub(crate) async fn scrape(client: &reqwest::Client, base: &str) -> BTreeMap<String, f64> {
     let r = client.get(format!("{base}/metrics")).send().await.unwrap();
     assert_eq!(r.status(), 200);
     assert!(r.headers()["content-type"]
@@ -33,7 +33,7 @@ async fn scrape(client: &reqwest::Client, base: &str) -> BTreeMap<String, f64> {
         .collect()
 }
 
-fn get(samples: &BTreeMap<String, f64>, key: &str) -> f64 {
+pub(crate) fn get(samples: &BTreeMap<String, f64>, key: &str) -> f64 {
     *samples
         .get(key)
         .unwrap_or_else(|| panic!("no sample {key}"))
