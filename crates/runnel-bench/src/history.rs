@@ -9,7 +9,8 @@
 //! - `catch-up`: one client reads one stream from the start to its tail
 //!   as fast as it can (MiB/s, per-request latency).
 //!
-//! All three speak the Runnel (Durable Streams) API.
+//! `fill` and `catch-up` speak the Runnel (Durable Streams) API; `create`
+//! speaks any `--api-style` (to compare what an idle stream costs peers).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,6 +35,9 @@ pub struct CreateArgs {
     /// Connections creating at once.
     #[arg(long, default_value_t = 64)]
     pub concurrency: u64,
+    /// Which API the server speaks.
+    #[arg(long, value_enum, default_value = "runnel")]
+    pub api_style: crate::api::ApiStyle,
 }
 
 #[derive(clap::Args, Debug, Clone)]
@@ -99,15 +103,20 @@ async fn put(conn: &mut Connection, name: &str) -> Result<(), BenchError> {
 
 pub async fn create(args: CreateArgs) -> Result<(), BenchError> {
     let target = target(&args.target)?;
+    // What the API needs before streams (S2's basin).
+    args.api_style
+        .prepare(&mut Connection::open(&target).await?)
+        .await?;
     let next = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for _ in 0..args.concurrency.max(1) {
-        let (target, next, prefix, total) = (
+        let (target, next, prefix, total, api) = (
             target.clone(),
             Arc::clone(&next),
             args.prefix.clone(),
             args.streams,
+            args.api_style,
         );
         tasks.push(tokio::spawn(async move {
             let mut conn = Connection::open(&target).await?;
@@ -116,7 +125,12 @@ pub async fn create(args: CreateArgs) -> Result<(), BenchError> {
                 if i >= total {
                     return Ok::<_, BenchError>(());
                 }
-                put(&mut conn, &format!("{prefix}-{i}")).await?;
+                api.create_stream(
+                    &mut conn,
+                    &format!("{prefix}-{i}"),
+                    "application/octet-stream",
+                )
+                .await?;
                 if i % 100_000 == 0 && i > 0 {
                     eprintln!("created {i} streams");
                 }

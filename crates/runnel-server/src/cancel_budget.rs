@@ -8,20 +8,16 @@
 //! connection). This budget counts what the flood costs us instead: a
 //! request whose handler was dropped because the client reset its stream
 //! before the answer was ready. Every connection may cancel
-//! [`BURST`] requests at once and [`REFILL_PER_SEC`] more each second,
-//! far above what a browser or a proxy multiplexing its clients does; a
-//! connection over budget is closed.
+//! `--http2-cancel-burst` requests at once (1,000) and earns back
+//! `--http2-cancels-per-sec` (250) each second, far above what a browser
+//! or a proxy multiplexing its clients does; a connection over budget is
+//! closed.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use tokio::sync::Notify;
-
-/// Cancellations a connection may make at once.
-pub(crate) const BURST: f64 = 1_000.0;
-/// Cancellations a connection earns back each second.
-pub(crate) const REFILL_PER_SEC: f64 = 250.0;
 
 static CLOSED: AtomicU64 = AtomicU64::new(0);
 
@@ -35,6 +31,10 @@ pub fn connections_closed() -> u64 {
 pub(crate) struct CancelBudget {
     bucket: Mutex<Bucket>,
     exhausted: Notify,
+    /// Cancellations a connection may make at once.
+    burst: f64,
+    /// Cancellations a connection earns back each second.
+    refill_per_sec: f64,
 }
 
 struct Bucket {
@@ -44,14 +44,17 @@ struct Bucket {
 }
 
 impl CancelBudget {
-    pub(crate) fn new(now: Instant) -> Arc<Self> {
+    pub(crate) fn new(now: Instant, burst: u32, refill_per_sec: u32) -> Arc<Self> {
+        let burst = f64::from(burst.max(1));
         Arc::new(Self {
             bucket: Mutex::new(Bucket {
-                tokens: BURST,
+                tokens: burst,
                 refilled_at: now,
                 exhausted: false,
             }),
             exhausted: Notify::new(),
+            burst,
+            refill_per_sec: f64::from(refill_per_sec),
         })
     }
 
@@ -65,8 +68,8 @@ impl CancelBudget {
         let earned = now
             .saturating_duration_since(bucket.refilled_at)
             .as_secs_f64()
-            * REFILL_PER_SEC;
-        bucket.tokens = (bucket.tokens + earned).min(BURST);
+            * self.refill_per_sec;
+        bucket.tokens = (bucket.tokens + earned).min(self.burst);
         bucket.refilled_at = now;
         if bucket.tokens >= 1.0 {
             bucket.tokens -= 1.0;
@@ -117,6 +120,13 @@ mod tests {
     use super::*;
     use std::time::Duration;
 
+    const BURST: f64 = 1_000.0;
+    const REFILL_PER_SEC: f64 = 250.0;
+
+    fn budget(now: Instant) -> Arc<CancelBudget> {
+        CancelBudget::new(now, BURST as u32, REFILL_PER_SEC as u32)
+    }
+
     fn is_exhausted(budget: &CancelBudget) -> bool {
         budget.bucket.lock().unwrap().exhausted
     }
@@ -124,7 +134,7 @@ mod tests {
     #[test]
     fn a_burst_within_budget_is_allowed_and_the_next_cancel_is_not() {
         let start = Instant::now();
-        let budget = CancelBudget::new(start);
+        let budget = budget(start);
         for _ in 0..BURST as usize {
             budget.cancelled(start);
         }
@@ -136,7 +146,7 @@ mod tests {
     #[test]
     fn cancels_at_the_refill_rate_are_allowed_forever() {
         let start = Instant::now();
-        let budget = CancelBudget::new(start);
+        let budget = budget(start);
         let step = Duration::from_secs_f64(1.0 / REFILL_PER_SEC);
         for i in 0..100_000u32 {
             budget.cancelled(start + step * i);
@@ -147,7 +157,7 @@ mod tests {
     #[test]
     fn a_flood_faster_than_the_refill_is_cut_off_soon_after_the_burst() {
         let start = Instant::now();
-        let budget = CancelBudget::new(start);
+        let budget = budget(start);
         // 2,000 cancels a second: the budget runs out after about
         // BURST / (2000 - REFILL) seconds.
         let step = Duration::from_micros(500);
@@ -163,7 +173,7 @@ mod tests {
 
     #[tokio::test]
     async fn requests_answered_cost_nothing_and_dropped_ones_count() {
-        let budget = CancelBudget::new(Instant::now());
+        let budget = budget(Instant::now());
         for _ in 0..(2 * BURST as usize) {
             budget.watch().answered();
         }

@@ -67,6 +67,10 @@ pub struct ServerConfig {
     pub request_read_timeout: Duration,
     /// Open connections; more wait in the accept backlog.
     pub max_connections: usize,
+    /// HTTP/2 requests one connection may cancel at once, and cancels it
+    /// earns back each second, before it is closed ([`cancel_budget`]).
+    pub http2_cancel_burst: u32,
+    pub http2_cancels_per_sec: u32,
     /// Concurrent SSE and long-poll readers; more get 503 + Retry-After.
     pub max_live_readers: usize,
     /// Resident memory of the process above which new SSE and long-poll
@@ -106,6 +110,8 @@ impl Default for ServerConfig {
             write_stall_timeout: Duration::from_secs(10),
             request_read_timeout: Duration::from_secs(30),
             max_connections: 50_000,
+            http2_cancel_burst: 1_000,
+            http2_cancels_per_sec: 250,
             max_live_readers: 40_000,
             max_memory_bytes: None,
             public_url: None,

@@ -15,7 +15,7 @@ use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::Watcher;
 
-use crate::cancel_budget::{self, CancelBudget};
+use crate::cancel_budget::CancelBudget;
 use crate::{auth, AppState, ServerConfig};
 
 /// Streams one HTTP/2 connection may have open at once.
@@ -47,7 +47,11 @@ pub(crate) async fn serve_http2<I>(
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
-    let budget = CancelBudget::new(Instant::now());
+    let (burst, per_sec) = (
+        app.config.http2_cancel_burst,
+        app.config.http2_cancels_per_sec,
+    );
+    let budget = CancelBudget::new(Instant::now(), burst, per_sec);
     let inner = crate::hyper_service(app, peer);
     let service = {
         let budget = budget.clone();
@@ -73,9 +77,7 @@ pub(crate) async fn serve_http2<I>(
             // its open streams see their streams end.
             tracing::warn!(
                 peer = %peer.0,
-                "HTTP/2 connection closed: the client cancelled more requests than allowed ({} at once, {} a second)",
-                cancel_budget::BURST,
-                cancel_budget::REFILL_PER_SEC
+                "HTTP/2 connection closed: the client cancelled more requests than allowed ({burst} at once, {per_sec} a second)",
             );
         }
     }

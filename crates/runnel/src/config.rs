@@ -63,6 +63,12 @@ pub struct ServeArgs {
     /// Open connections at most; more wait in the backlog [default: 50000].
     #[arg(long)]
     pub max_connections: Option<usize>,
+    /// HTTP/2 requests one connection may cancel at once before it is closed [default: 1000].
+    #[arg(long)]
+    pub http2_cancel_burst: Option<u32>,
+    /// HTTP/2 cancelled requests a connection earns back each second [default: 250].
+    #[arg(long)]
+    pub http2_cancels_per_sec: Option<u32>,
     /// SSE and long-poll readers at most; more get 503 [default: 40000].
     #[arg(long)]
     pub max_live_readers: Option<usize>,
@@ -562,6 +568,12 @@ impl ServeArgs {
         }
         if let Some(n) = pick!(max_connections) {
             server.max_connections = n.max(1);
+        }
+        if let Some(n) = pick!(http2_cancel_burst) {
+            server.http2_cancel_burst = n.max(1);
+        }
+        if let Some(n) = pick!(http2_cancels_per_sec) {
+            server.http2_cancels_per_sec = n;
         }
         if let Some(n) = pick!(max_live_readers) {
             server.max_live_readers = n.max(1);

@@ -188,7 +188,8 @@ impl Dechunk {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_too_slow_for_whole_events_catches_up_through_its_own_task() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Server::start(dir.path(), &[]).await;
+    // The slow reader stops reading for as long as the writer takes.
+    let server = Server::start(dir.path(), &["--write-stall-timeout-ms", "120000"]).await;
     let client = reqwest::Client::new();
     let url = server.stream_url("wide");
     common::create_text(&client, &url, "").await;
@@ -198,54 +199,50 @@ async fn a_reader_too_slow_for_whole_events_catches_up_through_its_own_task() {
     );
 
     // A reader with a small receive buffer (one that still takes a whole
-    // segment: smaller ones stall TCP itself), which reads slowly.
+    // segment: smaller ones stall TCP itself), which reads nothing while
+    // the writer writes more than its socket can hold, then reads slowly.
     let addr: std::net::SocketAddr = server.addr().parse().unwrap();
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(128 * 1024).unwrap();
     let mut slow = socket.connect(addr).await.unwrap();
     let head = format!("GET /v1/stream/wide?offset=-1&live=sse HTTP/1.1\r\nhost: {addr}\r\n\r\n");
     slow.write_all(head.as_bytes()).await.unwrap();
-    // And one that keeps up.
-    // More than a socket's largest send buffer (4 MiB by default).
-    const EVENTS: usize = 200;
+    let mut chunks = Dechunk::default();
+    let mut events = SseText::default();
+    let mut buf = vec![0u8; 32 * 1024];
+    // Its first answer (the empty stream's control event) read: it is at
+    // the tail, in its stream's hub.
+    while events.controls == 0 {
+        let n = slow.read(&mut buf).await.unwrap();
+        assert!(n > 0, "the server closed the slow reader");
+        events.push(&chunks.push(&buf[..n]));
+    }
+    // Over twice a socket's largest send buffer (4 MiB by default).
+    const EVENTS: usize = 300;
     let payload = |i: usize| format!("p{i:04}{}", "x".repeat(32 * 1024));
     let expected: String = (0..EVENTS).map(payload).collect();
     let last = payload(EVENTS - 1);
+    // And a reader that keeps up.
     let fast = tokio::spawn(read_until(url.clone(), last.clone(), None));
     tokio::time::sleep(Duration::from_millis(200)).await;
 
-    let writer = {
-        let (client, url) = (client.clone(), url.clone());
-        tokio::spawn(async move {
-            for i in 0..EVENTS {
-                common::append_text(&client, &url, &payload(i)).await;
-            }
-        })
-    };
-    let slow_reader = tokio::spawn(async move {
-        let mut chunks = Dechunk::default();
-        let mut events = SseText::default();
-        let mut buf = vec![0u8; 32 * 1024];
-        while !events.data.ends_with(&last) {
-            let n = slow.read(&mut buf).await.unwrap();
-            assert!(n > 0, "the server closed the slow reader");
-            events.push(&chunks.push(&buf[..n]));
-            // At most 1.6 MB/s: slower than the writer.
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        events.data
-    });
-    writer.await.unwrap();
+    for i in 0..EVENTS {
+        common::append_text(&client, &url, &payload(i)).await;
+    }
+    while !events.data.ends_with(&last) {
+        let n = tokio::time::timeout(Duration::from_secs(60), slow.read(&mut buf))
+            .await
+            .expect("the slow reader gets every event")
+            .unwrap();
+        assert!(n > 0, "the server closed the slow reader");
+        events.push(&chunks.push(&buf[..n]));
+    }
+    assert!(events.data == expected, "the slow reader's data differs");
     let fast = tokio::time::timeout(Duration::from_secs(60), fast)
         .await
         .expect("the fast reader got every event")
         .unwrap();
     assert!(fast == expected, "the fast reader's data differs");
-    let slow = tokio::time::timeout(Duration::from_secs(60), slow_reader)
-        .await
-        .expect("the slow reader got every event")
-        .unwrap();
-    assert!(slow == expected, "the slow reader's data differs");
     let slow_after = get(
         &scrape(&client, &server.base).await,
         "runnel_sse_hub_slow_handbacks_total",
