@@ -10,11 +10,13 @@
 #   reads      100 clients each catching up a stream of 200 x 1 KiB (replay)
 #   sse        1,000 SSE readers of one stream at 50 events/s for SECS s
 #   storm      200 clients catching up 200 x 1 KiB each at once (replay)
-#   streams    20,000 empty streams created
+#   streams    STREAMS empty streams created (15,000: the peer keeps a file
+#              open per stream, and this machine allows 20,000 open files)
 #   idle       IDLE s later, with nothing to do
 #
 # Usage: bench/memory-vs-peers.sh
-#   ROUNDS=2 SECS=10 IDLE=10 PEERS=/opt/runnel-peers OUT=bench/results/memory-vs-peers
+#   ROUNDS=2 SECS=10 IDLE=10 STREAMS=15000 PEERS=/opt/runnel-peers
+#   OUT=bench/results/memory-vs-peers
 #   RUNNEL_ENV="NAME=VALUE ..." (environment for Runnel's server only)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,6 +24,7 @@ cd "$root"
 rounds=${ROUNDS:-2}
 secs=${SECS:-10}
 idle=${IDLE:-10}
+streams=${STREAMS:-15000}
 peers=${PEERS:-/opt/runnel-peers}
 out=${OUT:-bench/results/memory-vs-peers}
 runnel=target/release/runnel
@@ -33,7 +36,13 @@ mkdir -p "$out"
 port=4599
 target=http://127.0.0.1:$port
 
-rss_mb() { awk '/^VmRSS:/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+# Resident memory in MB, and its anonymous part (what the process
+# allocated; the rest is file pages it maps, such as log segments read
+# through mmap, which the kernel reclaims under pressure).
+rss_mb() {
+  awk '/^VmRSS:/ { rss = $2 } /^RssAnon:/ { anon = $2 }
+       END { printf "%.1f (%.1f)", rss / 1024, anon / 1024 }' "/proc/$1/status"
+}
 
 bench() {
   if ! "$runnel" bench "$@" --target "$target" --api-style "$style" >"$data/bench.log" 2>&1; then
@@ -57,6 +66,7 @@ for round in $(seq "$rounds"); do
       style=durable-root
     fi
     pid=$!
+    trap 'kill $pid 2>/dev/null' EXIT
     for _ in $(seq 100); do
       curl -s -o /dev/null "$target/" && break
       sleep 0.1
@@ -71,7 +81,7 @@ for round in $(seq "$rounds"); do
     row="$row	$(rss_mb $pid)"
     bench replay --clients 200 --pre-events 200 --event-bytes 1024
     row="$row	$(rss_mb $pid)"
-    bench create --streams 20000
+    bench create --streams "$streams"
     row="$row	$(rss_mb $pid)"
     sleep "$idle"
     row="$row	$(rss_mb $pid)"
@@ -81,9 +91,9 @@ for round in $(seq "$rounds"); do
   done
 done
 
-echo "Resident memory (MB) after each phase:"
+echo "Resident memory (MB) after each phase, and in brackets its anonymous part:"
 echo
-echo "| round | system | started | writes | reads | sse | storm | 20,000 streams | idle |"
+echo "| round | system | started | writes | reads | sse | storm | $streams streams | idle |"
 echo "|---|---|---|---|---|---|---|---|---|"
 tail -n +2 "$results" | while IFS=$'\t' read -r r s a b c d e f g; do
   echo "| $r | $s | $a | $b | $c | $d | $e | $f | $g |"

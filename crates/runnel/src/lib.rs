@@ -3,6 +3,7 @@
 //! runs exactly this with its fault hooks armed. Logic worth testing lives
 //! in the crates below.
 
+mod allocator;
 mod config;
 mod ctl;
 mod join;
@@ -21,11 +22,6 @@ fn disable_transparent_huge_pages() {
         libc::prctl(libc::PR_SET_THP_DISABLE, 1, 0, 0, 0);
     }
 }
-
-/// mimalloc: the request path allocates small buffers from many threads,
-/// which glibc's allocator handles markedly slower.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 use std::process::ExitCode;
 
@@ -128,8 +124,11 @@ fn serve(args: ServeArgs) -> Result<(), String> {
     raise_open_file_limit();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
+        .on_thread_park(allocator::worker_parked)
+        .on_thread_stop(allocator::thread_stopping)
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
+    allocator::start_purging();
     runtime.block_on(async move {
         let listener = listen(settings.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
