@@ -487,6 +487,24 @@ fn render_process(out: &mut Out, m: &Metrics) {
             rss,
         );
     }
+    if let Some(parts) = crate::memory::resident_parts() {
+        out.family(
+            "runnel_resident_memory_bytes",
+            "gauge",
+            "Resident memory by kind: anonymous (allocated), file (mapped files: the binary, and log segments read through mmap, which the kernel reclaims under pressure), shared.",
+        );
+        for (kind, bytes) in [
+            ("anonymous", parts.anonymous),
+            ("file", parts.file),
+            ("shared", parts.shared),
+        ] {
+            out.sample(
+                "runnel_resident_memory_bytes",
+                &format!("kind=\"{kind}\""),
+                bytes,
+            );
+        }
+    }
     if let Some(cpu) = cpu_seconds() {
         out.one(
             "process_cpu_seconds_total",

@@ -141,6 +141,22 @@ async fn metrics_move_with_the_load() {
     assert_eq!(get(&after, "runnel_streams"), 1.0);
     assert_eq!(get(&after, "runnel_log_failed"), 0.0);
     assert!(get(&after, "process_resident_memory_bytes") > 1e6);
+    let by_kind: f64 = ["anonymous", "file", "shared"]
+        .iter()
+        .map(|kind| {
+            get(
+                &after,
+                &format!("runnel_resident_memory_bytes{{kind=\"{kind}\"}}"),
+            )
+        })
+        .sum();
+    assert!(get(&after, "runnel_resident_memory_bytes{kind=\"anonymous\"}") > 1e6);
+    assert!(get(&after, "runnel_resident_memory_bytes{kind=\"file\"}") > 1e6);
+    let resident = get(&after, "process_resident_memory_bytes");
+    assert!(
+        (by_kind - resident).abs() < resident / 2.0,
+        "the kinds add up to {by_kind}, resident is {resident}"
+    );
     assert!(get(&after, "process_open_fds") > 0.0);
     assert!(get(&after, "runnel_disk_free_bytes") > 0.0);
     assert!(get(&after, "runnel_disk_total_bytes") >= get(&after, "runnel_disk_free_bytes"));
