@@ -25,11 +25,10 @@ secs=${SECS:-10}
 peers=${PEERS:-/opt/runnel-peers}
 out=${OUT:-bench/results/fanout-vs-peers}
 runnel=target/release/runnel
-peer_root=$peers/durable-streams-0.1.5
-peer=$peer_root/bin/durable-streams-server
+. bench/lib.sh
 mkdir -p "$out"
 [ -x "$runnel" ] || cargo build --release --locked -p runnel
-[ -x "$peer" ] || cargo install --locked --root "$peer_root" durable-streams@0.1.5
+peer=$(durable_streams_015 "$peers")
 port=4599
 
 for round in $(seq "$rounds"); do
@@ -37,20 +36,10 @@ for round in $(seq "$rounds"); do
     rate=50; [ "$n" -ge 10000 ] && rate=5
     for sys in runnel durable-streams-0.1.5; do
       data=$(mktemp -d)
-      if [ "$sys" = runnel ]; then
-        "$runnel" serve --listen 127.0.0.1:$port --data-dir "$data/db" >"$data/log" 2>&1 &
-        style=runnel
-      else
-        "$peer" --host 127.0.0.1 --port $port --data-dir "$data/db" >"$data/log" 2>&1 &
-        style=durable-root
-      fi
-      pid=$!
-      for _ in $(seq 100); do
-        curl -s -o /dev/null "http://127.0.0.1:$port/" && break
-        sleep 0.1
-      done
+      start_vs_peer "$sys" $port "$data"
+      pid=$server_pid
       result=$out/sse-$sys-$n-r$round.json
-      "$runnel" bench fan-out --target "http://127.0.0.1:$port" --api-style $style --label "$sys" \
+      "$runnel" bench fan-out --target "http://127.0.0.1:$port" --api-style $api_style --label "$sys" \
         --subscribers "$n" --writer-rate $rate --duration-secs "$secs" --server-pid $pid \
         --quiet --json "$result" >/dev/null 2>&1
       kill $pid; wait $pid 2>/dev/null || true

@@ -130,3 +130,33 @@ TOML
     *) echo "unknown system $system" >&2; return 2 ;;
   esac
 }
+
+# durable_streams_015 PEERS: prints the path of durable-streams 0.1.5's
+# server (the protocol authors' Rust server), installing it pinned under
+# PEERS first if it is not there.
+durable_streams_015() {
+  local root=$1/durable-streams-0.1.5
+  [ -x "$root/bin/durable-streams-server" ] ||
+    cargo install --locked --root "$root" durable-streams@0.1.5 >&2
+  echo "$root/bin/durable-streams-server"
+}
+
+# start_vs_peer SYSTEM PORT DIR: starts `runnel` (target/release/runnel,
+# with the environment in RUNNEL_ENV) or `durable-streams-0.1.5` (the
+# server at $peer) on 127.0.0.1:PORT with its data in DIR, its log in
+# DIR/log; sets server_pid and api_style (for `runnel bench`) and waits
+# until it listens.
+start_vs_peer() {
+  local sys=$1 port=$2 dir=$3
+  if [ "$sys" = runnel ]; then
+    # shellcheck disable=SC2086
+    env ${RUNNEL_ENV:-} target/release/runnel serve --listen "127.0.0.1:$port" \
+      --data-dir "$dir/db" >"$dir/log" 2>&1 &
+    api_style=runnel
+  else
+    "$peer" --host 127.0.0.1 --port "$port" --data-dir "$dir/db" >"$dir/log" 2>&1 &
+    api_style=durable-root
+  fi
+  server_pid=$!
+  wait_port "$port"
+}

@@ -28,11 +28,10 @@ streams=${STREAMS:-15000}
 peers=${PEERS:-/opt/runnel-peers}
 out=${OUT:-bench/results/memory-vs-peers}
 runnel=target/release/runnel
-peer_root=$peers/durable-streams-0.1.5
-peer=$peer_root/bin/durable-streams-server
+. bench/lib.sh
 mkdir -p "$out"
 [ -x "$runnel" ] || cargo build --release --locked -p runnel
-[ -x "$peer" ] || cargo install --locked --root "$peer_root" durable-streams@0.1.5
+peer=$(durable_streams_015 "$peers")
 port=4599
 target=http://127.0.0.1:$port
 
@@ -45,7 +44,7 @@ rss_mb() {
 }
 
 bench() {
-  if ! "$runnel" bench "$@" --target "$target" --api-style "$style" >"$data/bench.log" 2>&1; then
+  if ! "$runnel" bench "$@" --target "$target" --api-style "$api_style" >"$data/bench.log" 2>&1; then
     echo "runnel bench $1 against $sys failed:" >&2
     tail -5 "$data/bench.log" >&2
     exit 1
@@ -57,20 +56,9 @@ printf 'round\tsystem\tstarted\twrites\treads\tsse\tstorm\tstreams\tidle\n' >"$r
 for round in $(seq "$rounds"); do
   for sys in runnel durable-streams-0.1.5; do
     data=$(mktemp -d)
-    if [ "$sys" = runnel ]; then
-      # shellcheck disable=SC2086
-      env ${RUNNEL_ENV:-} "$runnel" serve --listen 127.0.0.1:$port --data-dir "$data/db" >"$data/log" 2>&1 &
-      style=runnel
-    else
-      "$peer" --host 127.0.0.1 --port $port --data-dir "$data/db" >"$data/log" 2>&1 &
-      style=durable-root
-    fi
-    pid=$!
+    start_vs_peer "$sys" $port "$data"
+    pid=$server_pid
     trap 'kill $pid 2>/dev/null' EXIT
-    for _ in $(seq 100); do
-      curl -s -o /dev/null "$target/" && break
-      sleep 0.1
-    done
     sleep 1
     row="$round	$sys	$(rss_mb $pid)"
     bench multi-stream --streams 500 --payload-bytes 256 --duration-secs "$secs"

@@ -406,7 +406,7 @@ fn push_date(out: &mut Vec<u8>) {
 }
 
 /// `{len:x}\r\n` into `buf`, without allocating.
-fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
+pub(crate) fn chunk_size_line(len: usize, buf: &mut [u8; 18]) -> &[u8] {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut digits = [0u8; 16];
     let mut n = len;

@@ -19,6 +19,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::oneshot;
 use tokio::time::Instant;
 
+use crate::direct_connection::chunk_size_line;
 use crate::handlers::sse::{render_at, Rendered};
 use crate::AppState;
 
@@ -466,7 +467,7 @@ impl Hub {
 /// `bytes` as one HTTP/1.1 chunk.
 fn chunk(bytes: &Bytes) -> Bytes {
     let mut out = BytesMut::with_capacity(bytes.len() + 20);
-    out.extend_from_slice(format!("{:x}\r\n", bytes.len()).as_bytes());
+    out.extend_from_slice(chunk_size_line(bytes.len(), &mut [0u8; 18]));
     out.extend_from_slice(bytes);
     out.extend_from_slice(b"\r\n");
     out.freeze()

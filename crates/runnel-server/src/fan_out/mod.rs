@@ -20,7 +20,7 @@ use tokio::sync::watch;
 pub use hub::FanOut;
 pub use socket::SharedSocket;
 
-use crate::direct_connection::{render_head, Framing};
+use crate::direct_connection::{chunk_size_line, render_head, Framing};
 use crate::handlers::sse::{Next, Tail};
 use hub::Handback;
 
@@ -162,6 +162,7 @@ async fn write_chunk(socket: &SharedSocket, bytes: &Bytes) -> io::Result<()> {
     if bytes.is_empty() {
         return Ok(());
     }
-    let size = format!("{:x}\r\n", bytes.len());
-    socket.write_all(&[size.as_bytes(), bytes, b"\r\n"]).await
+    let mut size = [0u8; 18];
+    let size = chunk_size_line(bytes.len(), &mut size);
+    socket.write_all(&[size, bytes, b"\r\n"]).await
 }
