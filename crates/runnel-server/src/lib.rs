@@ -256,12 +256,39 @@ pub async fn serve(
 /// [`serve`], over TLS when `tls` is given: a connection that negotiates
 /// HTTP/2 through ALPN is served by hyper's HTTP/2 server; any other goes
 /// the HTTP/1.1 way, direct path included, inside TLS.
-pub async fn serve_with(
+///
+/// The server's future is boxed here, with the shutdown signal, so that
+/// the server (connections, routes, handlers) is compiled once, in this
+/// crate: the body of an async function is otherwise compiled again in
+/// every crate that awaits it.
+pub fn serve_with<'a>(
+    listener: tokio::net::TcpListener,
+    config: &'a ServerConfig,
+    app: AppState,
+    tls: Option<Arc<runnel_tls::rustls::ServerConfig>>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> futures::future::BoxFuture<'a, std::io::Result<()>> {
+    serve_boxed(listener, config, app, tls, Box::pin(shutdown))
+}
+
+/// Not generic, so that the coercion below makes this crate compile the
+/// server's future (a generic function is compiled where it is used).
+fn serve_boxed<'a>(
+    listener: tokio::net::TcpListener,
+    config: &'a ServerConfig,
+    app: AppState,
+    tls: Option<Arc<runnel_tls::rustls::ServerConfig>>,
+    shutdown: futures::future::BoxFuture<'static, ()>,
+) -> futures::future::BoxFuture<'a, std::io::Result<()>> {
+    Box::pin(serve_until(listener, config, app, tls, shutdown))
+}
+
+async fn serve_until(
     listener: tokio::net::TcpListener,
     config: &ServerConfig,
     app: AppState,
     tls: Option<Arc<runnel_tls::rustls::ServerConfig>>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    shutdown: futures::future::BoxFuture<'static, ()>,
 ) -> std::io::Result<()> {
     use axum::serve::Listener;
     use hyper::server::conn::http1::Builder;
@@ -286,7 +313,7 @@ pub async fn serve_with(
     // Connections served outside hyper end when this turns true; each holds
     // a receiver, so the sender sees when the last one is gone.
     let (stop_direct, direct_stopped) = tokio::sync::watch::channel(false);
-    let mut shutdown = std::pin::pin!(shutdown);
+    let mut shutdown = shutdown;
     loop {
         let (io, peer) = tokio::select! {
             accepted = listener.accept() => accepted,

@@ -31,6 +31,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use openraft::BasicNode;
 use runnel_core::{Applied, Command, StreamsState};
 use runnel_log::Log;
@@ -179,7 +180,16 @@ impl ClusterNode {
     /// Opens the data directory, recovers every group's Raft log, starts
     /// the groups and the Raft listener (HTTP port + 1), and forms the
     /// cluster if it is new.
-    pub async fn open(config: &ClusterConfig) -> Result<Arc<ClusterNode>, OpenError> {
+    ///
+    /// The future is boxed here so that the whole member over TCP (every
+    /// group's Raft core, the transport, the state machines) is compiled
+    /// once, in this crate: the body of an async function is otherwise
+    /// compiled again in every crate that awaits it.
+    pub fn open(config: &ClusterConfig) -> BoxFuture<'_, Result<Arc<ClusterNode>, OpenError>> {
+        Box::pin(Self::open_over_tcp(config))
+    }
+
+    async fn open_over_tcp(config: &ClusterConfig) -> Result<Arc<ClusterNode>, OpenError> {
         let mut peers = Vec::new();
         for (id, http) in &config.peers {
             if *id != config.node_id {

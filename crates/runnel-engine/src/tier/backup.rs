@@ -172,7 +172,18 @@ pub async fn restore(
 /// Before a single node opens: restores its data directory from the
 /// object store when asked to (`force`, refused over existing data), or
 /// when the directory holds no data and the store holds a backup.
-pub async fn restore_node(
+///
+/// Boxed so that it is compiled once, here (see [`ClusterNode::open`]).
+///
+/// [`ClusterNode::open`]: crate::cluster::ClusterNode::open
+pub fn restore_node(
+    config: &EngineConfig,
+    force: bool,
+) -> futures::future::BoxFuture<'_, Result<Option<Restored>, BackupError>> {
+    Box::pin(restore_node_now(config, force))
+}
+
+async fn restore_node_now(
     config: &EngineConfig,
     force: bool,
 ) -> Result<Option<Restored>, BackupError> {
