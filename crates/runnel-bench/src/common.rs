@@ -184,13 +184,20 @@ pub fn finish(
         bytes_received,
         client_cpu_secs: cpu,
         client_cpu_cores: cpu / secs,
+        intervals: Vec::new(),
     };
     result.print();
+    write_json(common, &result)?;
+    Ok(result)
+}
+
+/// Writes `result` to `--json`, if given.
+pub fn write_json(common: &CommonArgs, result: &BenchResult) -> Result<(), BenchError> {
     if let Some(path) = &common.json {
-        let text = serde_json::to_string_pretty(&result).expect("results serialize");
+        let text = serde_json::to_string_pretty(result).expect("results serialize");
         std::fs::write(path, text + "\n")?;
     }
-    Ok(result)
+    Ok(())
 }
 
 /// Where readers connect: the cache at `via` (with the targets' token), or

@@ -15,7 +15,7 @@ use bytes::Bytes;
 
 use crate::client::{classify, Connection, Outcome};
 use crate::common::{self, CommonArgs, Progress};
-use crate::stats::{process_cpu_secs, Counts, Latency};
+use crate::stats::{process_cpu_secs, Counts, Intervals, Latency};
 use crate::BenchError;
 
 #[derive(clap::Args, Debug, Clone)]
@@ -39,6 +39,16 @@ pub struct Args {
     /// its group (as it was when the run began) rather than round robin.
     #[arg(long)]
     pub to_leader: bool,
+    /// Also report latency for each interval of this many seconds (by
+    /// when each append was meant to start): whether a long run's tail
+    /// stays flat.
+    #[arg(long)]
+    pub interval_secs: Option<f64>,
+    /// Connections the writers share, each used by one append at a time
+    /// (default: one per stream). Thousands of streams at a modest rate
+    /// need far fewer, as a real client's pool would hold.
+    #[arg(long)]
+    pub connections: Option<usize>,
 }
 
 struct WriterResult {
@@ -51,6 +61,11 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let style = args.common.api_style;
     if args.streams == 0 {
         return Err(BenchError::Usage("--streams must be at least 1".into()));
+    }
+    if args.to_leader && args.connections.is_some_and(|c| c < args.streams) {
+        return Err(BenchError::Usage(
+            "--to-leader needs a connection per stream (no --connections)".into(),
+        ));
     }
     let run = common::run_id();
     let names: Vec<String> = (0..args.streams).map(|i| format!("ms-{run}-{i}")).collect();
@@ -67,20 +82,37 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     } else {
         (0..names.len()).map(|i| i % targets.len()).collect()
     };
-    let mut connections = Vec::with_capacity(names.len());
-    for at in &target_of {
-        connections.push(Connection::open(&targets[*at]).await?);
+    // Stream i appends over connection i % connections, which goes to
+    // the target of the first stream using it.
+    let pool = args
+        .connections
+        .unwrap_or(names.len())
+        .clamp(1, names.len());
+    let mut connections = Vec::with_capacity(pool);
+    for at in &target_of[..pool] {
+        let connection = Connection::open(&targets[*at]).await?;
+        connections.push(Arc::new(tokio::sync::Mutex::new(connection)));
     }
     let done = Arc::new(AtomicU64::new(0));
     let cpu_start = process_cpu_secs();
     let start = Instant::now() + Duration::from_millis(50);
     let deadline = start + args.common.duration();
+    let intervals = match args.interval_secs {
+        Some(secs) if secs > 0.0 && secs.is_finite() => Some(Arc::new(Intervals::new(
+            start,
+            Duration::from_secs_f64(secs),
+        ))),
+        Some(_) => return Err(BenchError::Usage("--interval-secs must be above 0".into())),
+        None => None,
+    };
     let mut tasks = Vec::new();
-    for (i, (name, mut conn)) in names.into_iter().zip(connections).enumerate() {
-        let (payload, done, content_type) = (
+    for (i, name) in names.into_iter().enumerate() {
+        let conn = Arc::clone(&connections[i % pool]);
+        let (payload, done, content_type, intervals) = (
             payload.clone(),
             Arc::clone(&done),
             args.content_type.clone(),
+            intervals.clone(),
         );
         // Spread open-loop writers' schedules so they do not fire together.
         let phase =
@@ -112,7 +144,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
                     tokio::time::sleep_until(intended.into()).await;
                 }
                 let call = style.append(&name, &content_type, payload.clone());
-                let outcome = match call.send(&mut conn).await {
+                let outcome = match call.send(&mut *conn.lock().await).await {
                     Ok(reply) => classify(reply.status),
                     Err(_) => Outcome::Error,
                 };
@@ -120,6 +152,9 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
                 result.counts.add(outcome);
                 if outcome == Outcome::Ok {
                     result.latency.record(intended.elapsed());
+                    if let Some(intervals) = &intervals {
+                        intervals.record(intended, intended.elapsed());
+                    }
                     done.fetch_add(1, Ordering::Relaxed);
                 } else if outcome == Outcome::Error {
                     // A broken connection is replaced, not hammered.
@@ -146,7 +181,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
     let elapsed = start
         .elapsed()
         .min(args.common.duration() + Duration::from_secs(60));
-    common::finish(
+    let mut result = common::finish(
         &args.common,
         "multi-stream",
         args.streams as u64,
@@ -157,6 +192,7 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
             "open_loop": per_stream_rate.is_some(),
             "content_type": args.content_type,
             "to_leader": args.to_leader,
+            "connections": pool,
         }),
         elapsed,
         counts,
@@ -165,5 +201,10 @@ pub async fn run(args: Args) -> Result<(), BenchError> {
         0,
         cpu_start,
     )?;
+    if let Some(intervals) = intervals {
+        result.intervals = intervals.summaries();
+        result.print_intervals();
+        common::write_json(&args.common, &result)?;
+    }
     Ok(())
 }

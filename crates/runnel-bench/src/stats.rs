@@ -138,9 +138,78 @@ pub struct BenchResult {
     pub client_cpu_secs: f64,
     /// Client CPU as a share of one core over the run.
     pub client_cpu_cores: f64,
+    /// Latency in each interval of the run, in order (`--interval-secs`;
+    /// by the time each operation was meant to start).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub intervals: Vec<IntervalSummary>,
+}
+
+/// The latency of the operations meant to start in one interval of a run.
+#[derive(Debug, Clone, Serialize)]
+pub struct IntervalSummary {
+    /// Seconds from the start of the run to the interval's start.
+    pub start_secs: f64,
+    #[serde(flatten)]
+    pub latency: LatencySummary,
+}
+
+/// Latency histograms of consecutive intervals of a run, shared by its
+/// writers (a lock per operation: runs that ask for intervals are
+/// open-loop runs at moderate rates).
+pub struct Intervals {
+    start: std::time::Instant,
+    every: Duration,
+    slots: std::sync::Mutex<Vec<Latency>>,
+}
+
+impl Intervals {
+    pub fn new(start: std::time::Instant, every: Duration) -> Intervals {
+        assert!(!every.is_zero(), "intervals must have a length");
+        Intervals {
+            start,
+            every,
+            slots: std::sync::Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Records an operation meant to start at `intended` that took
+    /// `latency`.
+    pub fn record(&self, intended: std::time::Instant, latency: Duration) {
+        let slot = (intended.saturating_duration_since(self.start).as_secs_f64()
+            / self.every.as_secs_f64()) as usize;
+        let mut slots = self.slots.lock().expect("intervals lock");
+        if slots.len() <= slot {
+            slots.resize_with(slot + 1, Latency::default);
+        }
+        slots[slot].record(latency);
+    }
+
+    /// Each interval's summary, empty intervals included.
+    pub fn summaries(&self) -> Vec<IntervalSummary> {
+        let slots = self.slots.lock().expect("intervals lock");
+        slots
+            .iter()
+            .enumerate()
+            .map(|(i, latency)| IntervalSummary {
+                start_secs: i as f64 * self.every.as_secs_f64(),
+                latency: latency.summary(),
+            })
+            .collect()
+    }
 }
 
 impl BenchResult {
+    /// A line per interval, for stdout.
+    pub fn print_intervals(&self) {
+        for interval in &self.intervals {
+            let l = &interval.latency;
+            println!(
+                "  from {:>5.0} s: {} ok, p50 {:.2}  p99 {:.2}  p99.9 {:.2}  max {:.2}",
+                interval.start_secs, l.count, l.p50_ms, l.p99_ms, l.p999_ms, l.max_ms
+            );
+        }
+    }
+
     /// A human summary for stdout.
     pub fn print(&self) {
         let l = &self.latency;
@@ -180,5 +249,22 @@ mod tests {
         assert!((s.p50_ms - 50.0).abs() < 0.5, "{}", s.p50_ms);
         assert!((s.p99_ms - 99.0).abs() < 0.5, "{}", s.p99_ms);
         assert!((s.max_ms - 100.0).abs() < 0.5);
+    }
+
+    #[test]
+    fn intervals_split_operations_by_when_they_were_meant_to_start() {
+        let start = std::time::Instant::now();
+        let intervals = Intervals::new(start, Duration::from_secs(60));
+        let at = |secs| start + Duration::from_secs(secs);
+        intervals.record(at(1), Duration::from_millis(1));
+        intervals.record(at(59), Duration::from_millis(3));
+        intervals.record(at(130), Duration::from_millis(100));
+        let s = intervals.summaries();
+        let counts: Vec<u64> = s.iter().map(|i| i.latency.count).collect();
+        assert_eq!(counts, [2, 0, 1]);
+        let starts: Vec<f64> = s.iter().map(|i| i.start_secs).collect();
+        assert_eq!(starts, [0.0, 60.0, 120.0]);
+        assert!((s[2].latency.p50_ms - 100.0).abs() < 0.5, "{:?}", s[2]);
+        assert!(s[0].latency.max_ms < 3.5, "{:?}", s[0]);
     }
 }

@@ -15,7 +15,7 @@ use crate::command::{read_fork, write_fork, Retention};
 use crate::fork_copy::RemotePin;
 use crate::state::StreamsState;
 use crate::stream::{
-    Chunk, ContentKind, Extras, ForkBase, ProducerState, SnapshotRef, StreamState,
+    Chunk, ContentKind, Extras, ForkBase, MessageEnds, ProducerState, SnapshotRef, StreamState,
 };
 use crate::tier::{ColdChunk, Doomed, Placement};
 use std::sync::Arc;
@@ -357,7 +357,7 @@ fn encode_chunks(w: &mut Writer, chunks: &ChunkIndex) {
         w.u64(c.len);
         w.u64(c.loc);
         w.i64(c.at_ms);
-        w.u32_list(c.message_ends.as_deref().unwrap_or(&[]));
+        w.u32_list(c.ends().unwrap_or(&[]));
     }
 }
 
@@ -393,7 +393,7 @@ fn decode_stream(
             start,
             len,
             loc,
-            message_ends: (!ends.is_empty()).then(|| ends.into()),
+            message_ends: MessageEnds::stored(ends),
             at_ms,
         });
     }

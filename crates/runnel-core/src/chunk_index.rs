@@ -155,6 +155,16 @@ impl ChunkIndex {
         bytes
     }
 
+    /// Room for block pointers (for [`ChunkIndex::heap_bytes`]).
+    pub(crate) fn block_capacity(&self) -> usize {
+        self.blocks.capacity()
+    }
+
+    /// Each block's room in chunks.
+    pub(crate) fn block_capacities(&self) -> impl Iterator<Item = usize> + '_ {
+        self.blocks.iter().map(|b| b.capacity())
+    }
+
     pub fn clear(&mut self) {
         *self = ChunkIndex::default();
     }

@@ -26,7 +26,7 @@ use crate::codec::{CodecError, Reader, Writer};
 use crate::command::StreamId;
 use crate::error::CoreError;
 use crate::state::{Applied, Slice, StreamsState};
-use crate::stream::Chunk;
+use crate::stream::{Chunk, MessageEnds};
 use crate::tier::ColdChunk;
 
 /// One append of the source as the fork inherits it (clipped at the fork
@@ -151,8 +151,7 @@ impl ForkMaterial {
                     start: c.start,
                     len: c.len,
                     loc,
-                    message_ends: (c.message_ends.len() > 1)
-                        .then(|| c.message_ends.clone().into_boxed_slice()),
+                    message_ends: MessageEnds::of(&c.message_ends),
                     at_ms: c.at_ms,
                 };
                 loc += c.len;
@@ -234,8 +233,7 @@ impl StreamsState {
                     let end = end.min(point);
                     let len = end - chunk.start;
                     let ends: Vec<u32> = chunk
-                        .message_ends
-                        .as_deref()
+                        .ends()
                         .unwrap_or(&[])
                         .iter()
                         .copied()

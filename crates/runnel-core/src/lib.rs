@@ -5,7 +5,8 @@
 //! ([`offset`]), JSON message framing ([`json`]), read planning
 //! ([`read`]), snapshots, trimming and retention ([`history`]) and the
 //! State Protocol fold the compactor uses ([`state_protocol`]), tiered
-//! history ([`tier`]), and subscriptions ([`subscription`]). It does
+//! history ([`tier`]), subscriptions ([`subscription`]), and what the
+//! state holds in memory ([`memory`]). It does
 //! no IO, reads no clock (time arrives inside each [`command::Entry`]) and
 //! spawns nothing, so every rule can be tested
 //! exhaustively and every replica that applies the same entries reaches
@@ -22,6 +23,7 @@ pub mod fork_copy;
 pub mod history;
 pub mod json;
 pub mod listing;
+pub mod memory;
 pub mod offset;
 pub mod read;
 pub mod state;
@@ -38,6 +40,7 @@ pub use command::{
 pub use error::CoreError;
 pub use fork_copy::{ForkMaterial, Inherited, InheritedChunk, MaterialPiece, RemotePin};
 pub use history::{BootstrapPlan, CompactionWork};
+pub use memory::StateMemory;
 pub use offset::{Offset, ReadFrom};
 pub use read::ReadPlan;
 pub use state::{Applied, Slice, StreamInfo, StreamsState};

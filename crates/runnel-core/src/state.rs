@@ -13,7 +13,7 @@ use crate::command::{AppendToStream, Command, Entry, StreamId};
 use crate::error::CoreError;
 use crate::fork_copy::RemotePin;
 use crate::offset::{Offset, MAX_POSITION};
-use crate::stream::{same_media_type, Chunk, ContentKind, ProducerState, StreamState};
+use crate::stream::{same_media_type, Chunk, ContentKind, MessageEnds, ProducerState, StreamState};
 use crate::subscription::{SubOutcome, Subscriptions};
 use crate::tier::{ColdChunk, DoomedQueue, Fence};
 
@@ -651,7 +651,7 @@ impl StreamsState {
                 return Some(ChunkView {
                     start: chunk.start,
                     end: chunk.end().min(limit),
-                    message_ends: chunk.message_ends.as_deref(),
+                    message_ends: chunk.ends(),
                     json,
                     tiered: false,
                 })
@@ -741,7 +741,7 @@ pub(crate) fn push_chunk(
         start: s.tail,
         len: data_len,
         loc,
-        message_ends: (message_ends.len() > 1).then(|| message_ends.into()),
+        message_ends: MessageEnds::of(message_ends),
         at_ms: now,
     });
     s.tail += data_len;

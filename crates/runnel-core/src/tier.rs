@@ -389,7 +389,7 @@ impl StreamsState {
                     pieces.push(HotPiece {
                         loc: c.loc,
                         len: c.len,
-                        message_ends: c.message_ends.as_deref().unwrap_or(&[]).to_vec(),
+                        message_ends: c.ends().unwrap_or(&[]).to_vec(),
                         at_ms: c.at_ms,
                     });
                 }

@@ -9,6 +9,11 @@
 //!   history built up since the last one, or once they go idle. The
 //!   compactor reads applied state and proposes a snapshot command; it
 //!   never blocks appends and never changes an offset.
+//!
+//! On every group this node holds, led or not, the same loop drops the
+//! pages kept for readers once they are [`RELEASE_MEMORY`] old
+//! ([`crate::recent_pages`]), and as often hands the log pages reads
+//! mapped in back to the page cache ([`runnel_log::Log::release_mapped_pages`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -33,6 +38,12 @@ pub struct CompactionPolicy {
     pub max_snapshot_bytes: u64,
 }
 
+/// How often the log pages reads mapped in are unmapped, and how old a
+/// page kept for readers is dropped: often enough that a burst of catch-up
+/// reads leaves little behind for long, rarely enough that steady readers
+/// of the same pages rarely read them again.
+const RELEASE_MEMORY: Duration = Duration::from_secs(10);
+
 /// Runs expiry, retention and compaction every `interval` until aborted.
 pub(crate) async fn upkeep<G: MaintainedGroup + ?Sized>(
     groups: Vec<Arc<G>>,
@@ -41,8 +52,19 @@ pub(crate) async fn upkeep<G: MaintainedGroup + ?Sized>(
 ) {
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut released = tokio::time::Instant::now();
     loop {
         ticker.tick().await;
+        for group in &groups {
+            let pages = &group.view().pages;
+            pages.drop_older_than(std::time::Instant::now(), RELEASE_MEMORY);
+        }
+        if released.elapsed() >= RELEASE_MEMORY {
+            released = tokio::time::Instant::now();
+            for group in &groups {
+                group.view().log.release_mapped_pages();
+            }
+        }
         for group in groups.iter().filter(|g| g.leads()) {
             if let Err(err) = upkeep_group(group.as_ref(), policy).await {
                 tracing::warn!(group = group.index(), error = %err, "stream upkeep failed");

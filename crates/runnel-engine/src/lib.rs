@@ -78,7 +78,7 @@ pub use api::{
 pub use clock::now_ms;
 pub use config::EngineConfig;
 pub use error::EngineError;
-pub use metrics::{GroupMetrics, NodeMetrics, TierMetrics};
+pub use metrics::{GroupMetrics, MemoryUse, NodeMetrics, TierMetrics};
 pub use node::Node;
 pub use runnel_core::cluster_meta::MAX_GROUPS;
 pub use runnel_log::SyncMode;

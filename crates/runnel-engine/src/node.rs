@@ -286,6 +286,7 @@ impl NodeEngine for Node {
             peers: Vec::new(),
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
             disk: DiskSpace::of(&self.data_dir),
+            memory: upkeep::memory_of(&self.groups),
         }
     }
 

@@ -8,11 +8,15 @@
 //! for another stream of the group, so a kept page is right for as long as
 //! it is kept; reads still plan against the state themselves (which bytes,
 //! up to which tail), so sharing the bytes never makes a read stale. Kept
-//! first in, first out, within a byte budget.
+//! first in, first out, within a byte budget, and for a while only: the
+//! readers that share a page come together (a storm, a wave of woken
+//! long-polls), so a page kept longer mostly holds memory
+//! ([`RecentPages::drop_older_than`]).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use runnel_core::StreamId;
@@ -45,11 +49,17 @@ pub(crate) struct RecentPages {
 #[derive(Default)]
 struct Pages {
     by_key: HashMap<Key, Bytes>,
-    order: VecDeque<Key>,
+    /// Keys in the order they were kept, with when.
+    order: VecDeque<(Key, Instant)>,
     bytes: u64,
 }
 
 impl RecentPages {
+    /// Bytes of the pages kept now.
+    pub fn bytes(&self) -> u64 {
+        self.lock().bytes
+    }
+
     /// The page of `stream` at `start..end`: kept, or made by `read` (run
     /// without the lock) and kept.
     pub fn get_or_read<E>(
@@ -73,6 +83,18 @@ impl RecentPages {
         Ok(page)
     }
 
+    /// Drops the pages kept at `now - age` or before.
+    pub fn drop_older_than(&self, now: Instant, age: Duration) {
+        let mut pages = self.lock();
+        while pages
+            .order
+            .front()
+            .is_some_and(|(_, kept)| now.saturating_duration_since(*kept) >= age)
+        {
+            pages.drop_oldest();
+        }
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Pages> {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -86,13 +108,17 @@ impl Pages {
         }
         self.bytes += page.len() as u64;
         self.by_key.insert(key, page);
-        self.order.push_back(key);
+        self.order.push_back((key, Instant::now()));
         while self.bytes > BUDGET_BYTES || self.order.len() > MAX_PAGES {
-            let oldest = self.order.pop_front().expect("kept pages are in order");
-            let dropped = self.by_key.remove(&oldest).expect("ordered pages are kept");
-            self.bytes -= dropped.len() as u64;
+            self.drop_oldest();
         }
         debug_assert_eq!(self.order.len(), self.by_key.len());
+    }
+
+    fn drop_oldest(&mut self) {
+        let (oldest, _) = self.order.pop_front().expect("kept pages are in order");
+        let dropped = self.by_key.remove(&oldest).expect("ordered pages are kept");
+        self.bytes -= dropped.len() as u64;
     }
 }
 
@@ -151,5 +177,26 @@ mod tests {
         pages.get_or_read(9, 0, big as u64, || page(big)).unwrap();
         pages.get_or_read(9, 5, 5, || page(0)).unwrap();
         assert!(!pages.lock().by_key.keys().any(|k| k.0 == 9));
+    }
+
+    #[test]
+    fn pages_go_once_they_are_old() {
+        let pages = RecentPages::default();
+        pages.get_or_read(1, 0, 10, || page(10)).unwrap();
+        let kept_first = Instant::now();
+        std::thread::sleep(Duration::from_millis(20));
+        pages.get_or_read(1, 10, 30, || page(20)).unwrap();
+        // Not old yet: both stay.
+        pages.drop_older_than(kept_first, Duration::from_secs(1));
+        assert_eq!(pages.bytes(), 30);
+        // The first is 20 ms old, the second younger.
+        pages.drop_older_than(
+            kept_first + Duration::from_millis(15),
+            Duration::from_millis(15),
+        );
+        assert_eq!(pages.bytes(), 20);
+        assert!(pages.lock().by_key.contains_key(&(1, 10, 30)));
+        pages.drop_older_than(Instant::now(), Duration::ZERO);
+        assert_eq!((pages.bytes(), pages.lock().by_key.len()), (0, 0));
     }
 }

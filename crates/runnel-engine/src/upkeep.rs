@@ -9,6 +9,7 @@ use runnel_core::{Applied, Command, Entry, RemotePin, StreamId};
 use crate::api::{group_index, BoxFuture, GroupEngine};
 use crate::clock::now_ms;
 use crate::error::EngineError;
+use crate::metrics::MemoryUse;
 use crate::{tier, view};
 
 /// A group as the node's background upkeep sees it.
@@ -27,6 +28,18 @@ pub(crate) trait MaintainedGroup: GroupEngine {
     fn term(&self) -> u64 {
         0
     }
+}
+
+/// What `groups` keep in memory, by owner.
+pub(crate) fn memory_of<G: MaintainedGroup>(groups: &[std::sync::Arc<G>]) -> MemoryUse {
+    let mut memory = MemoryUse::default();
+    for group in groups {
+        let state = group.view().with_state(|s| s.memory());
+        memory.streams += state.streams;
+        memory.index += state.index;
+        memory.read_pages += group.view().pages.bytes();
+    }
+    memory
 }
 
 /// A page of the streams of all `groups` (see

@@ -527,6 +527,30 @@ impl Log {
     }
 
     /// Number of segment files.
+    /// Hands the pages reads mapped in back to the kernel's page cache.
+    ///
+    /// Reads copy bytes out of each segment's mapping, and every page a
+    /// read touched stays mapped, counted in the process's resident
+    /// memory, until the segment is deleted: after a catch-up storm over
+    /// old data, that is every page it read. The page cache keeps them
+    /// either way (as it does for a server that reads with `pread`); this
+    /// only unmaps them from the process, so resident memory says what the
+    /// process holds. The engine calls it every few seconds; a read after
+    /// it takes a minor fault per page, as a `pread` would take a copy.
+    pub fn release_mapped_pages(&self) {
+        let segments: Vec<Arc<Segment>> = self
+            .shared
+            .segments
+            .read()
+            .expect("segments lock")
+            .values()
+            .cloned()
+            .collect();
+        for segment in segments {
+            segment.release_mapped_pages();
+        }
+    }
+
     pub fn segment_count(&self) -> usize {
         self.shared.segments.read().expect("segments lock").len()
     }

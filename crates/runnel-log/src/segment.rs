@@ -229,6 +229,21 @@ impl Segment {
         }
     }
 
+    /// Unmaps the pages reads faulted into this process (see
+    /// [`crate::Log::release_mapped_pages`]).
+    pub fn release_mapped_pages(&self) {
+        if let Some(map) = &self.map {
+            map.release();
+        }
+    }
+
+    /// Where the mapping starts, if the segment is mapped (for tests that
+    /// look it up in `/proc/self/smaps`).
+    #[cfg(test)]
+    pub(crate) fn mapping_address(&self) -> Option<usize> {
+        self.map.as_ref().map(|m| m.ptr as usize)
+    }
+
     /// Lets the segment grow again (the log appends to it).
     pub fn unseal(&mut self) {
         self.sealed_len = None;
@@ -279,6 +294,17 @@ impl Mapping {
             ptr: ptr as *const u8,
             len,
         })
+    }
+
+    /// Drops this process's page table entries for the whole mapping.
+    /// The file's pages stay in the kernel's page cache; the next read of
+    /// one maps it back in. The bytes read never change: the mapping is
+    /// shared and read-only, so a read racing this sees the same bytes.
+    fn release(&self) {
+        // SAFETY: advice over exactly the range `new` mapped; for a shared
+        // file mapping MADV_DONTNEED changes no contents.
+        let _ =
+            unsafe { libc::madvise(self.ptr as *mut libc::c_void, self.len, libc::MADV_DONTNEED) };
     }
 
     fn get(&self, offset: u64, len: usize) -> Option<&[u8]> {

@@ -555,3 +555,56 @@ fn logs_without_preallocation_or_committer_thread_prepare_no_spare() {
         assert!(!dir.path().join(spare::FILE_NAME).exists(), "{options:?}");
     }
 }
+
+/// Resident kilobytes of the mapping that starts at `address`, from
+/// `/proc/self/smaps`.
+fn mapping_rss_kb(address: usize) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut lines = smaps.lines();
+    while let Some(line) = lines.next() {
+        let start = line.split('-').next().unwrap_or("");
+        if usize::from_str_radix(start, 16).ok() != Some(address) {
+            continue;
+        }
+        for field in lines.by_ref() {
+            if let Some(kb) = field.strip_prefix("Rss:") {
+                return kb.trim().trim_end_matches("kB").trim().parse().unwrap();
+            }
+        }
+    }
+    panic!("no mapping at {address:#x} in /proc/self/smaps");
+}
+
+#[test]
+fn released_mapped_pages_leave_resident_memory_and_reads_unchanged() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = open_collect(dir.path(), LogOptions::default());
+    let records: Vec<Vec<u8>> = (0..256u32).map(|i| vec![(i % 251) as u8; 4096]).collect();
+    let placed: Vec<Appended> = records.iter().map(|r| log.append(r).unwrap()).collect();
+    wait_durable(&log, placed.last().unwrap().end);
+    let read_all = || {
+        for (at, record) in placed.iter().zip(&records) {
+            let mut buf = vec![0; record.len()];
+            log.read_at(at.payload_pos, &mut buf).unwrap();
+            assert_eq!(&buf, record);
+        }
+    };
+    let address = {
+        let segments = log.shared.segments.read().unwrap();
+        let segment = segments.values().next().unwrap();
+        segment.mapping_address().expect("the segment is mapped")
+    };
+    read_all();
+    let before = mapping_rss_kb(address);
+    assert!(
+        before >= 1024,
+        "reading 1 MiB through the mapping left {before} kB resident"
+    );
+    log.release_mapped_pages();
+    assert_eq!(mapping_rss_kb(address), 0, "released pages stay resident");
+    read_all();
+    assert!(
+        mapping_rss_kb(address) >= 1024,
+        "reads map the pages back in"
+    );
+}

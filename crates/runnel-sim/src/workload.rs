@@ -231,7 +231,8 @@ async fn reader(
             invoked,
             completed: recorder.now(),
             start: read.plan.start.0,
-            bytes: read.body.to_vec(),
+            // Without a copy when the read made its own buffer.
+            bytes: Vec::from(read.body),
             next: read.plan.next.0,
             up_to_date: read.plan.up_to_date(),
         });

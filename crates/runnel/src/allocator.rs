@@ -11,13 +11,100 @@
 //! they park (at most once a second each), threads collect theirs as they
 //! end, and one thread purges what ended threads left, every few seconds.
 
+//!
+//! It also counts the bytes allocated and not freed, for the memory
+//! breakdown of `/metrics` and `runnel ctl status` ([`report`]).
+
+use std::alloc::{GlobalAlloc, Layout};
 use std::cell::Cell;
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 /// mimalloc: the request path allocates small buffers from many threads,
-/// which glibc's allocator handles markedly slower.
+/// which glibc's allocator handles markedly slower. Counted.
 #[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+static ALLOCATOR: Counted = Counted;
+
+/// mimalloc, with a count of the bytes in use.
+///
+/// The count is striped: each thread adds to one of [`STRIPES`] counters
+/// on cache lines of their own, so threads allocating at once do not
+/// contend for one line; a report sums them. A stripe may go negative
+/// (memory freed by another thread than the one that allocated it); the
+/// sum does not.
+struct Counted;
+
+const STRIPES: usize = 16;
+
+#[repr(align(64))]
+struct Stripe(AtomicI64);
+
+static IN_USE: [Stripe; STRIPES] = [const { Stripe(AtomicI64::new(0)) }; STRIPES];
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
+/// This thread's stripe (threads take them in turn).
+fn stripe() -> &'static AtomicI64 {
+    thread_local! {
+        static MINE: Cell<usize> = const { Cell::new(usize::MAX) };
+    }
+    let index = MINE
+        .try_with(|mine| {
+            if mine.get() == usize::MAX {
+                mine.set(NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % STRIPES);
+            }
+            mine.get()
+        })
+        // A thread being torn down: any stripe keeps the sum right.
+        .unwrap_or(0);
+    &IN_USE[index].0
+}
+
+fn count(bytes: usize, allocated: bool) {
+    let bytes = bytes as i64;
+    stripe().fetch_add(if allocated { bytes } else { -bytes }, Ordering::Relaxed);
+}
+
+// SAFETY: every call is passed to mimalloc unchanged; counting touches
+// only atomics and a const thread-local, and never allocates.
+unsafe impl GlobalAlloc for Counted {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let ptr = unsafe { mimalloc::MiMalloc.alloc(layout) };
+        if !ptr.is_null() {
+            count(layout.size(), true);
+        }
+        ptr
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+        let ptr = unsafe { mimalloc::MiMalloc.alloc_zeroed(layout) };
+        if !ptr.is_null() {
+            count(layout.size(), true);
+        }
+        ptr
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { mimalloc::MiMalloc.dealloc(ptr, layout) };
+        count(layout.size(), false);
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let moved = unsafe { mimalloc::MiMalloc.realloc(ptr, layout, new_size) };
+        if !moved.is_null() {
+            count(layout.size(), false);
+            count(new_size, true);
+        }
+        moved
+    }
+}
+
+/// Bytes allocated and not freed.
+pub(crate) fn report() -> runnel_server::memory::AllocatorReport {
+    let in_use: i64 = IN_USE.iter().map(|s| s.0.load(Ordering::Relaxed)).sum();
+    runnel_server::memory::AllocatorReport {
+        in_use: in_use.max(0) as u64,
+    }
+}
 
 /// How often a worker collects its free pages, at most.
 const WORKER_COLLECT_EVERY: Duration = Duration::from_secs(1);

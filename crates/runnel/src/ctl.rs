@@ -201,9 +201,11 @@ fn render(status: &serde_json::Value) -> String {
             status["groups"], status["log_position"]
         ));
         out.push_str(&render_tiering(&status["tiering"]));
+        out.push_str(&render_memory(&status["memory"]));
         return out;
     }
     out.push_str(&render_tiering(&status["tiering"]));
+    out.push_str(&render_memory(&status["memory"]));
     out.push_str(&format!(
         "cluster {}, answered by node {}\n\nnodes:\n",
         status["cluster_id"].as_str().unwrap_or("(not named yet)"),
@@ -271,6 +273,29 @@ fn render(status: &serde_json::Value) -> String {
             },
         ));
     }
+    out
+}
+
+/// The memory line: resident memory by kind, then by owner, in MB.
+fn render_memory(memory: &serde_json::Value) -> String {
+    let mb = |v: &serde_json::Value| v.as_u64().map(|b| format!("{:.1}", b as f64 / 1e6));
+    let Some(resident) = mb(&memory["resident"]) else {
+        return String::new();
+    };
+    let mut out = format!("memory: {resident} MB resident");
+    if let (Some(anonymous), Some(file)) = (mb(&memory["anonymous"]), mb(&memory["file"])) {
+        out.push_str(&format!(" ({anonymous} allocated, {file} mapped files)"));
+    }
+    if let Some(owners) = memory["by_owner"].as_object() {
+        let owners: Vec<String> = owners
+            .iter()
+            .filter_map(|(owner, bytes)| {
+                Some(format!("{} {}", owner.replace('_', " "), mb(bytes)?))
+            })
+            .collect();
+        out.push_str(&format!("; by owner (MB): {}", owners.join(", ")));
+    }
+    out.push('\n');
     out
 }
 
@@ -437,5 +462,25 @@ mod tests {
             &serde_json::json!({"mode": "single", "groups": 1, "log_position": 0, "tiering": null}),
         );
         assert!(off.contains("tiering: off"), "{off}");
+        assert!(!off.contains("memory"), "no memory section, no line: {off}");
+    }
+
+    #[test]
+    fn status_shows_memory_by_kind_and_by_owner() {
+        let status = serde_json::json!({
+            "mode": "single", "groups": 1, "log_position": 0, "tiering": null,
+            "memory": {
+                "resident": 52_000_000, "anonymous": 40_000_000, "file": 12_000_000,
+                "by_owner": {"index": 24_000_000, "read_pages": 8_388_608, "streams": 3_600_000},
+            },
+        });
+        let text = render(&status);
+        assert!(
+            text.contains(
+                "memory: 52.0 MB resident (40.0 allocated, 12.0 mapped files); \
+                 by owner (MB): index 24.0, read pages 8.4, streams 3.6\n"
+            ),
+            "{text}"
+        );
     }
 }

@@ -129,6 +129,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     allocator::start_purging();
+    runnel_server::memory::report_allocator_with(allocator::report);
     runtime.block_on(async move {
         let listener = listen(settings.listen)
             .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;

@@ -31,6 +31,7 @@ impl ClusterNode {
             peers: (self.peer_metrics)(),
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
             disk: DiskSpace::of(&self.data_dir),
+            memory: crate::upkeep::memory_of(&self.groups),
         }
     }
 

@@ -28,6 +28,22 @@ pub struct NodeMetrics {
     pub tiering: Option<TierMetrics>,
     /// Free and total bytes of the data directory's file system.
     pub disk: Option<DiskSpace>,
+    /// What the groups this node holds keep in memory, by owner.
+    pub memory: MemoryUse,
+}
+
+/// Bytes the groups keep in memory, by owner: estimates from the sizes and
+/// capacities of their tables (see [`runnel_core::StateMemory`]), and the
+/// bytes of the log pages kept for readers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Stream records, names and the tables that find them.
+    pub streams: u64,
+    /// Where each append sits: the per-append index and tiered chunks'
+    /// references.
+    pub index: u64,
+    /// Log pages read lately, kept for readers of the same bytes.
+    pub read_pages: u64,
 }
 
 /// Space on the data directory's file system.
@@ -107,6 +123,8 @@ pub struct TierMetrics {
     pub store_call_seconds: f64,
     pub cache_hits: u64,
     pub cache_misses: u64,
+    /// Bytes of blocks and footers the block cache holds now.
+    pub cache_bytes: u64,
 }
 
 /// Bounds of the sync-duration histogram, in seconds.

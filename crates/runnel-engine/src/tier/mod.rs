@@ -228,6 +228,7 @@ impl Tiering {
             store_call_seconds: load(&store.call_micros) as f64 / 1e6,
             cache_hits: load(&cache.hits),
             cache_misses: load(&cache.misses),
+            cache_bytes: load(&cache.bytes),
         }
     }
 

@@ -331,9 +331,14 @@ pub fn check_admin(app: &AppState, request: &Request) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The node, its groups and their leaders, as JSON (`runnel ctl status`).
+/// The node, its groups and their leaders, and where its memory goes, as
+/// JSON (`runnel ctl status`).
 pub fn status(app: &AppState) -> Response {
-    let body = serde_json::to_vec_pretty(&app.node.status()).unwrap_or_default();
+    let mut status = app.node.status();
+    if let Some(fields) = status.as_object_mut() {
+        fields.insert("memory".into(), crate::memory::status(&app.node.metrics()));
+    }
+    let body = serde_json::to_vec_pretty(&status).unwrap_or_default();
     ([(http::header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 

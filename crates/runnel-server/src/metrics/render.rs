@@ -80,7 +80,7 @@ pub fn render(http: &Metrics, engine: &NodeMetrics, auth: Option<&crate::auth::A
     }
     render_engine(&mut out, engine);
     render_peers(&mut out, engine);
-    render_process(&mut out, http);
+    render_process(&mut out, http, engine);
     out.0
 }
 
@@ -468,7 +468,7 @@ fn render_engine(out: &mut Out, e: &NodeMetrics) {
 }
 
 /// The standard process metrics, from /proc (Linux).
-fn render_process(out: &mut Out, m: &Metrics) {
+fn render_process(out: &mut Out, m: &Metrics, e: &NodeMetrics) {
     let started = m
         .started
         .duration_since(std::time::UNIX_EPOCH)
@@ -504,6 +504,14 @@ fn render_process(out: &mut Out, m: &Metrics) {
                 bytes,
             );
         }
+    }
+    out.family(
+        "runnel_memory_bytes",
+        "gauge",
+        "Anonymous resident memory by owner: the stream table, the per-append index, log pages kept for readers, the tiered-block cache (estimates from their tables); allocated by anything else (connections, requests, readers); resident but not allocated (the allocator's free pages and tables, thread stacks).",
+    );
+    for (owner, bytes) in crate::memory::breakdown(e).owners() {
+        out.sample("runnel_memory_bytes", &format!("owner=\"{owner}\""), bytes);
     }
     if let Some(cpu) = cpu_seconds() {
         out.one(
