@@ -231,8 +231,7 @@ async fn reader(
             invoked,
             completed: recorder.now(),
             start: read.plan.start.0,
-            // Without a copy when the read made its own buffer.
-            bytes: Vec::from(read.body),
+            bytes: read.body,
             next: read.plan.next.0,
             up_to_date: read.plan.up_to_date(),
         });

@@ -120,7 +120,9 @@ pub struct ReadOp {
     pub completed: Micros,
     /// The byte offset it read from.
     pub start: u64,
-    pub bytes: Vec<u8>,
+    /// What it read (shared with the reader's buffer: a harness keeps
+    /// every read, often of the whole stream).
+    pub bytes: bytes::Bytes,
     /// The next offset the answer gave.
     pub next: u64,
     /// The answer said it reached the tail (`Stream-Up-To-Date: true`).

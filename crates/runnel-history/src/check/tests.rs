@@ -46,7 +46,7 @@ fn span(
         invoked,
         completed,
         start,
-        bytes: bytes.to_vec(),
+        bytes: bytes.to_vec().into(),
         next: start + bytes.len() as u64,
         up_to_date,
         kind: ReadKind::CatchUp,

@@ -124,7 +124,7 @@ impl Workload {
             invoked,
             completed: self.recorder.now(),
             start: from.unwrap_or(0),
-            bytes,
+            bytes: bytes.into(),
             next,
             up_to_date,
         };

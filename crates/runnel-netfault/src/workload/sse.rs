@@ -210,7 +210,7 @@ impl Workload {
                                 invoked: opened,
                                 completed: received,
                                 start,
-                                bytes: std::mem::take(&mut data),
+                                bytes: std::mem::take(&mut data).into(),
                                 next,
                                 up_to_date,
                             },

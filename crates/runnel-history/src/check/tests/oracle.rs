@@ -124,7 +124,7 @@ fn small_histories_agree_with_exhaustive_search() {
                 invoked,
                 completed,
                 start,
-                bytes: bytes[start as usize..next as usize].to_vec(),
+                bytes: bytes[start as usize..next as usize].to_vec().into(),
                 next,
                 up_to_date,
                 kind: ReadKind::CatchUp,
