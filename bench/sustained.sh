@@ -20,7 +20,8 @@
 # (OUT/sustained.svg), and checks each system against two bounds:
 #   - memory: resident memory at the end at most 5% above its value after
 #     WARMUP minutes;
-#   - tail: no minute's p99.9 above 3x the median minute's p99.9.
+#   - tail: after WARMUP minutes (the first holds connecting and creating
+#     the streams), no minute's p99.9 above 3x the median minute's.
 # A bound missed is reported (FLAT no ...), not fatal: this is a
 # measurement, not a test.
 #
@@ -97,7 +98,7 @@ for sys in $systems; do
   wait $sampler || true
   kill "${helpers[@]}" 2>/dev/null || true
   cp "$data/memory.tsv" "$out/$sys-memory.tsv"
-  grep -E "failed|error" "$data/replay.log" | head -3 || true
+  grep -E "^replay failed" "$data/replay.log" | head -3 || true
   kill $pid
   wait $pid 2>/dev/null || true
   rm -rf "$data"
@@ -127,12 +128,13 @@ for system in systems:
         print(f"| {m} | {rss:.1f} ({anon:.1f}) | {n:,} | {p50:.2f} | {p99:.2f} | {p999:.2f} |")
     after_warmup = next((r[1] for r in rows if r[0] == warmup), rows[0][1])
     growth = rows[-1][1] / after_warmup - 1
-    median = statistics.median(r[6] for r in rows)
-    worst = max(r[6] for r in rows)
+    steady = [r for r in rows if r[0] > warmup] or rows
+    median = statistics.median(r[6] for r in steady)
+    worst = max(r[6] for r in steady)
     print(f"FLAT {'yes' if growth < 0.05 else 'no'} memory: {rows[-1][1]:.1f} MB at the end, "
           f"{growth * 100:+.1f}% from {after_warmup:.1f} MB after minute {warmup} (bound +5%)")
-    print(f"FLAT {'yes' if worst <= 3 * median else 'no'} tail: worst minute's p99.9 {worst:.2f} ms, "
-          f"{worst / median:.1f}x the median minute's {median:.2f} ms (bound 3x)")
+    print(f"FLAT {'yes' if worst <= 3 * median else 'no'} tail after minute {warmup}: worst minute's "
+          f"p99.9 {worst:.2f} ms, {worst / median:.1f}x the median minute's {median:.2f} ms (bound 3x)")
 
 # One chart: resident memory (top) and p99.9 (bottom) per minute.
 width, height, pad = 720, 520, 50
