@@ -170,7 +170,9 @@ async fn producer(
 /// Reads `stream` through the node that believes it leads the stream's
 /// group, as a client's forwarded catch-up read would be served, or
 /// through a follower after its read index, and records each read served
-/// in the history. Returns the number of reads served.
+/// in the history. Half the reads start from the stream's start, half
+/// where the reader's last read ended, as a client catching up goes on.
+/// Returns the number of reads served.
 async fn reader(
     stream: usize,
     seed: u64,
@@ -181,6 +183,8 @@ async fn reader(
     let mut rng = StdRng::seed_from_u64(seed.wrapping_add(100 + stream as u64));
     let name = stream_name(stream);
     let mut served = 0;
+    // Where the last read served ended.
+    let mut next: Option<runnel_core::Offset> = None;
     while !stop.load(Ordering::Relaxed) {
         tokio::time::sleep(Duration::from_millis(rng.gen_range(5..50))).await;
         let alive = nodes.lock().unwrap().clone();
@@ -217,13 +221,14 @@ async fn reader(
                 continue;
             }
         }
-        let Ok(read) = target
-            .engine_for(&name)
-            .read(&name, ReadFrom::Start, u64::MAX)
-            .await
-        else {
+        let from = match next {
+            Some(offset) if rng.gen_bool(0.5) => ReadFrom::At(offset),
+            _ => ReadFrom::Start,
+        };
+        let Ok(read) = target.engine_for(&name).read(&name, from, u64::MAX).await else {
             continue;
         };
+        next = Some(read.plan.next);
         recorder.history.lock().unwrap().reads.push(ReadOp {
             stream: name.clone(),
             reader: 100 + stream as u32,
