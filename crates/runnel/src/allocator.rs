@@ -10,7 +10,6 @@
 //! resident. So runtime worker threads collect their own free pages when
 //! they park (at most once a second each), threads collect theirs as they
 //! end, and one thread purges what ended threads left, every few seconds.
-
 //!
 //! It also counts the bytes allocated and not freed, for the memory
 //! breakdown of `/metrics` and `runnel ctl status` ([`report`]).
