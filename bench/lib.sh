@@ -160,3 +160,11 @@ start_vs_peer() {
   server_pid=$!
   wait_port "$port"
 }
+
+# resident_mb PID: the process's resident memory (VmRSS) and its anonymous
+# part (RssAnon: what it allocated; the rest is file pages it maps), in MB,
+# separated by a space.
+resident_mb() {
+  awk '/^VmRSS:/ { rss = $2 } /^RssAnon:/ { anon = $2 }
+       END { printf "%.1f %.1f", rss / 1024, anon / 1024 }' "/proc/$1/status"
+}

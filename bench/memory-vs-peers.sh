@@ -35,12 +35,11 @@ peer=$(durable_streams_015 "$peers")
 port=4599
 target=http://127.0.0.1:$port
 
-# Resident memory in MB, and its anonymous part (what the process
-# allocated; the rest is file pages it maps, such as log segments read
-# through mmap, which the kernel reclaims under pressure).
+# Resident memory in MB, and in brackets its anonymous part.
 rss_mb() {
-  awk '/^VmRSS:/ { rss = $2 } /^RssAnon:/ { anon = $2 }
-       END { printf "%.1f (%.1f)", rss / 1024, anon / 1024 }' "/proc/$1/status"
+  local rss anon
+  read -r rss anon <<<"$(resident_mb "$1")"
+  echo "$rss ($anon)"
 }
 
 bench() {

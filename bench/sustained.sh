@@ -54,12 +54,6 @@ port=4599
 target=http://127.0.0.1:$port
 secs=$((minutes * 60))
 
-# Resident memory of PID in MB, and its anonymous part, tab-separated.
-rss_mb() {
-  awk '/^VmRSS:/ { rss = $2 } /^RssAnon:/ { anon = $2 }
-       END { printf "%.1f\t%.1f", rss / 1024, anon / 1024 }' "/proc/$1/status"
-}
-
 for sys in $systems; do
   data=$(mktemp -d)
   start_vs_peer "$sys" $port "$data"
@@ -84,7 +78,8 @@ for sys in $systems; do
     while [ $minute -lt "$minutes" ]; do
       sleep 60
       minute=$((minute + 1))
-      printf '%s\t%s\n' "$minute" "$(rss_mb "$pid")"
+      read -r rss anon <<<"$(resident_mb "$pid")"
+      printf '%s\t%s\t%s\n' "$minute" "$rss" "$anon"
     done
   ) >"$data/memory.tsv" &
   sampler=$!

@@ -258,15 +258,7 @@ async fn memory_is_broken_down_by_owner() {
         "the owners hold {held} bytes, the process {anonymous} anonymous bytes"
     );
 
-    let status = client
-        .get(format!("{}/_runnel/status", server.base))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let status = server.status().await;
     let memory = &status["memory"];
     assert!(memory["resident"].as_u64().unwrap() > 1 << 20, "{memory}");
     assert!(
