@@ -57,7 +57,7 @@ for round in $(seq "$rounds"); do
     data=$(mktemp -d)
     start_vs_peer "$sys" $port "$data"
     pid=$server_pid
-    trap 'kill $pid 2>/dev/null' EXIT
+    trap 'kill $pid 2>/dev/null || true' EXIT
     sleep 1
     row="$round	$sys	$(rss_mb $pid)"
     bench multi-stream --streams 500 --payload-bytes 256 --duration-secs "$secs"

@@ -59,7 +59,7 @@ for sys in $systems; do
   start_vs_peer "$sys" $port "$data"
   pid=$server_pid
   helpers=()
-  trap 'kill $pid "${helpers[@]}" 2>/dev/null' EXIT
+  trap 'kill $pid "${helpers[@]}" 2>/dev/null || true' EXIT
   sleep 1
   echo "== $sys: $minutes min, $rate appends/s over $streams streams, $sse_readers SSE readers"
   bench() { "$runnel" bench "$@" --target "$target" --api-style "$api_style" --quiet; }
