@@ -25,9 +25,10 @@ use std::sync::Arc;
 /// and the queue of objects to delete ([`crate::tier`]); version 4 the
 /// subscriptions ([`crate::subscription`], as JSON); version 5 the
 /// cluster id, version 6 the retired nodes, version 7 the replication
-/// factor, version 8 the preferred leaders ([`crate::cluster_meta`]).
+/// factor, version 8 the preferred leaders ([`crate::cluster_meta`]),
+/// version 9 the nodes' zones ([`crate::zones`]).
 /// Earlier versions still load.
-const CHECKPOINT_VERSION: u8 = 8;
+const CHECKPOINT_VERSION: u8 = 9;
 
 /// A group's state taken for a checkpoint under its lock, encoded after.
 ///
@@ -118,6 +119,11 @@ impl StreamsState {
             w.u64(u64::from(*group));
             w.u64(*node);
         }
+        w.u64(self.zones.len() as u64);
+        for (node, zone) in &self.zones {
+            w.u64(*node);
+            w.str(zone);
+        }
         CheckpointCapture {
             bytes: w.finish(),
             cuts,
@@ -194,6 +200,12 @@ impl StreamsState {
                 let group = u32::try_from(r.u64()?)
                     .map_err(|_| CodecError::Invalid("preferred leader group"))?;
                 state.preferred_leaders.insert(group, r.u64()?);
+            }
+        }
+        if version >= 9 {
+            for _ in 0..r.u64()? {
+                let node = r.u64()?;
+                state.zones.insert(node, r.string()?);
             }
         }
         r.expect_end()?;

@@ -125,6 +125,7 @@ impl StreamsState {
     }
 
     pub(crate) fn retire_node(&mut self, node: u64) -> Applied {
+        self.zones.remove(&node);
         Applied::NodeRetired {
             newly: self.retired_nodes.insert(node),
         }

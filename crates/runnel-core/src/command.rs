@@ -178,6 +178,11 @@ pub enum Command {
         leaders: Vec<(u32, u64)>,
         initial: bool,
     },
+    /// The zones of the listed nodes (`(node, zone)`; the control
+    /// group's; see [`crate::zones`]).
+    SetZones {
+        zones: Vec<(u64, String)>,
+    },
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -228,7 +233,8 @@ impl Command {
             | Command::SetClusterId { .. }
             | Command::RetireNode { .. }
             | Command::SetReplication { .. }
-            | Command::PreferLeaders { .. } => (None, None),
+            | Command::PreferLeaders { .. }
+            | Command::SetZones { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -298,6 +304,7 @@ const TAG_SET_CLUSTER_ID: u8 = 15;
 const TAG_RETIRE_NODE: u8 = 16;
 const TAG_SET_REPLICATION: u8 = 17;
 const TAG_PREFER_LEADERS: u8 = 18;
+const TAG_SET_ZONES: u8 = 19;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -458,6 +465,14 @@ impl Entry {
                 for (group, node) in leaders {
                     w.u64(u64::from(*group));
                     w.u64(*node);
+                }
+            }
+            Command::SetZones { zones } => {
+                w.u8(TAG_SET_ZONES);
+                w.u64(zones.len() as u64);
+                for (node, zone) in zones {
+                    w.u64(*node);
+                    w.str(zone);
                 }
             }
         }
@@ -632,6 +647,17 @@ impl Entry {
                     leaders.push((group, r.u64()?));
                 }
                 Command::PreferLeaders { leaders, initial }
+            }
+            TAG_SET_ZONES => {
+                let count = r.u64()?;
+                if count > crate::zones::MAX_NODES as u64 {
+                    return Err(CodecError::Invalid("zone count"));
+                }
+                let mut zones = Vec::with_capacity(count as usize);
+                for _ in 0..count {
+                    zones.push((r.u64()?, r.string()?));
+                }
+                Command::SetZones { zones }
             }
             other => return Err(CodecError::UnknownTag(other)),
         };

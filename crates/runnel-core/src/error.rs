@@ -78,6 +78,19 @@ pub enum CoreError {
         max = crate::cluster_meta::MAX_GROUPS
     )]
     InvalidGroup { group: u32 },
+    /// A zone name that [`crate::zones::validate`] refuses.
+    #[error("invalid zone: {0}")]
+    InvalidZone(crate::zones::ZoneNameError),
+    /// A node's zone, once recorded, does not change.
+    #[error("node {node} is in zone {recorded:?}, not {asked:?}: a node's zone does not change (give a moved machine a new node id)")]
+    ZoneChanged {
+        node: u64,
+        recorded: String,
+        asked: String,
+    },
+    /// More nodes than [`crate::zones::MAX_NODES`] in one command.
+    #[error("one command records the zones of at most {max} nodes, not {count}", max = crate::zones::MAX_NODES)]
+    TooManyZones { count: usize },
     /// A subscription command refused by the protocol's rules.
     #[error(transparent)]
     Subscription(#[from] crate::subscription::SubError),

@@ -31,6 +31,7 @@ pub mod state_protocol;
 pub mod stream;
 pub mod subscription;
 pub mod tier;
+pub mod zones;
 
 pub use codec::CodecError;
 pub use command::{

@@ -94,6 +94,10 @@ pub enum Applied {
     PreferredLeaders {
         changed: bool,
     },
+    /// Zones recorded; `changed`: this command recorded a new one.
+    Zones {
+        changed: bool,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -231,6 +235,8 @@ pub struct StreamsState {
     pub(crate) replication: Option<u32>,
     /// The node each group should be led by, in the control group.
     pub(crate) preferred_leaders: std::collections::BTreeMap<u32, u64>,
+    /// Each node's zone, in the control group (see [`crate::zones`]).
+    pub(crate) zones: std::collections::BTreeMap<u64, String>,
 }
 
 impl StreamsState {
@@ -310,6 +316,7 @@ impl StreamsState {
             Command::RetireNode { node } => Ok(self.retire_node(*node)),
             Command::SetReplication { factor, initial } => self.set_replication(*factor, *initial),
             Command::PreferLeaders { leaders, initial } => self.prefer_leaders(leaders, *initial),
+            Command::SetZones { zones } => self.set_zones(zones),
         }
     }
 
@@ -425,6 +432,10 @@ impl StreamsState {
         for (group, node) in &self.preferred_leaders {
             feed(&group.to_le_bytes());
             feed(&node.to_le_bytes());
+        }
+        for (node, zone) in &self.zones {
+            feed(&node.to_le_bytes());
+            feed(zone.as_bytes());
         }
         hash
     }

@@ -389,6 +389,9 @@ pub enum MemberChange {
     /// Each listed group `(group, node)` should be led by `node` (a
     /// change to the control group only; see `cluster::leaders`).
     PreferLeaders { leaders: Vec<(u32, NodeId)> },
+    /// `node` is in zone `zone` (a change to the control group only; see
+    /// `cluster::zones`).
+    SetZone { node: NodeId, zone: String },
 }
 
 /// A group's membership after a change.

@@ -348,7 +348,10 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         | CoreError::TrimOffsetInvalid
         | CoreError::InvalidClusterId(_)
         | CoreError::InvalidReplication { .. }
-        | CoreError::InvalidGroup { .. } => StatusCode::BAD_REQUEST,
+        | CoreError::InvalidGroup { .. }
+        | CoreError::InvalidZone(_)
+        | CoreError::TooManyZones { .. } => StatusCode::BAD_REQUEST,
+        CoreError::ZoneChanged { .. } => StatusCode::CONFLICT,
         // Internal: the engine resolves these before proposing, and
         // tiering commands never come from a client.
         CoreError::SubOffsetInTieredHistory | CoreError::TierRefused { .. } => {

@@ -115,9 +115,19 @@ pub struct ServeArgs {
     pub node_id: Option<u64>,
     /// Every cluster node's HTTP address, this one's included:
     /// `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`. Raft traffic uses each
-    /// node's port + 1. Without it the node runs alone.
+    /// node's port + 1. Without it the node runs alone. With zones, every
+    /// entry names its node's: `1=HOST:PORT@ZONE,...` (see --zone).
     #[arg(long)]
     pub peers: Option<String>,
+    /// This node's zone (failure domain: an availability zone, a rack):
+    /// the cluster puts each group's replicas in distinct zones while it
+    /// has at least as many zones as replicas, so losing a zone loses no
+    /// group's quorum. Kept in DATA_DIR/zone; a node's zone does not
+    /// change. Founders name every node's zone in --peers (`ID=ADDR@ZONE`),
+    /// which this must match; a node that joins later gives its own here.
+    /// Letters, digits, '.', '_' and '-', up to 64.
+    #[arg(long)]
+    pub zone: Option<String>,
     /// Join a running cluster through any member's base URL
     /// (`http://HOST:PORT`), instead of naming every node with --peers:
     /// this node (--node-id, reached by the others at --listen) learns the
@@ -287,6 +297,11 @@ pub struct ClusterSettings {
     pub cluster_id: Option<String>,
     /// `--replication-factor`: replicas of each data group.
     pub replication: usize,
+    /// The founders' zones, as `--peers` names them (the same on every
+    /// founder, so each places the new cluster alike).
+    pub zones: BTreeMap<u64, String>,
+    /// This node's zone: `--zone`, or its `--peers` entry.
+    pub zone: Option<String>,
 }
 
 /// Everything `serve` needs, resolved.
@@ -306,9 +321,11 @@ pub struct Settings {
     pub cluster_tls: Option<std::sync::Arc<runnel_tls::ClusterTls>>,
 }
 
-/// Parses `1=HOST:PORT,2=HOST:PORT`.
-pub(crate) fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
+/// Parses `1=HOST:PORT,2=HOST:PORT`, each entry with `@ZONE` or none:
+/// the peers' addresses and their zones.
+pub(crate) fn parse_peers(text: &str) -> Result<Peers, String> {
     let mut peers = BTreeMap::new();
+    let mut zones = BTreeMap::new();
     for item in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (id, addr) = item
             .split_once('=')
@@ -317,6 +334,10 @@ pub(crate) fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
             .trim()
             .parse()
             .map_err(|_| format!("peer {item:?}: {id:?} is not a node id"))?;
+        let (addr, zone) = match addr.split_once('@') {
+            Some((addr, zone)) => (addr, Some(zone.trim())),
+            None => (addr, None),
+        };
         let addr: SocketAddr = addr
             .trim()
             .parse()
@@ -324,11 +345,56 @@ pub(crate) fn parse_peers(text: &str) -> Result<BTreeMap<u64, String>, String> {
         if peers.insert(id, addr.to_string()).is_some() {
             return Err(format!("node id {id} appears twice in --peers"));
         }
+        if let Some(zone) = zone {
+            runnel_engine::cluster::zones::validate(zone)
+                .map_err(|e| format!("peer {item:?}: {e}"))?;
+            zones.insert(id, zone.to_string());
+        }
     }
     if peers.is_empty() {
         return Err("--peers lists no node".into());
     }
-    Ok(peers)
+    if !zones.is_empty() && zones.len() != peers.len() {
+        let without: Vec<String> = peers
+            .keys()
+            .filter(|id| !zones.contains_key(id))
+            .map(u64::to_string)
+            .collect();
+        return Err(format!(
+            "--peers names zones for some nodes but not for {}: give every node's zone \
+             (ID=HOST:PORT@ZONE) or none, so that every founder places the cluster alike",
+            without.join(", ")
+        ));
+    }
+    Ok(Peers { peers, zones })
+}
+
+/// `--peers`, parsed.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) struct Peers {
+    /// Each node's HTTP address.
+    pub peers: BTreeMap<u64, String>,
+    /// Each node's zone, when `--peers` gives them.
+    pub zones: BTreeMap<u64, String>,
+}
+
+/// This node's zone from `--zone` and its `--peers` entry (in `zones`),
+/// which must agree. A `--zone` alone (peers without zones: a node that
+/// joins) is this node's only: founders place by `--peers` alone.
+fn own_zone(
+    node_id: u64,
+    flag: Option<String>,
+    zones: &BTreeMap<u64, String>,
+) -> Result<Option<String>, String> {
+    if let Some(zone) = &flag {
+        runnel_engine::cluster::zones::validate(zone).map_err(|e| format!("--zone: {e}"))?;
+    }
+    match (flag, zones.get(&node_id)) {
+        (Some(flag), Some(listed)) if flag != *listed => Err(format!(
+            "--zone {flag} but --peers puts node {node_id} in zone {listed}"
+        )),
+        (flag, listed) => Ok(flag.or(listed.cloned())),
+    }
 }
 
 /// Tiering settings from flags over the file: `None` when tiering is off.
@@ -441,6 +507,9 @@ impl ServeArgs {
             runnel_engine::cluster::identity::validate(id)
                 .map_err(|e| format!("--cluster-id: {e}"))?;
         }
+        if (self.zone.is_some() || file.zone.is_some()) && !clustered {
+            return Err("--zone is for cluster members (--node-id)".into());
+        }
         let tier = tier_config(&self, &file, &data_dir, clustered)?;
         let mut engine = EngineConfig::new(data_dir);
         engine.tier = tier;
@@ -456,7 +525,7 @@ impl ServeArgs {
                 )
             }
             (Some(node_id), peers, join) => {
-                let (peers, join) = match (peers, join) {
+                let (Peers { peers, zones }, join) = match (peers, join) {
                     (Some(peers), _) => (parse_peers(&peers)?, None),
                     (None, Some(url)) => {
                         let listen = pick!(listen).ok_or(
@@ -471,10 +540,13 @@ impl ServeArgs {
                             listen,
                             cluster_id.clone(),
                         )?;
-                        (BTreeMap::from([(node_id, listen.to_string())]), Some(join))
+                        let peers = BTreeMap::from([(node_id, listen.to_string())]);
+                        let zones = BTreeMap::new();
+                        (Peers { peers, zones }, Some(join))
                     }
                     (None, None) => unreachable!("matched above"),
                 };
+                let zone = own_zone(node_id, self.zone.clone().or(file.zone.clone()), &zones)?;
                 if !peers.contains_key(&node_id) {
                     return Err(format!("--peers does not list this node ({node_id})"));
                 }
@@ -503,6 +575,8 @@ impl ServeArgs {
                     join,
                     cluster_id,
                     replication,
+                    zones,
+                    zone,
                 })
             }
         };

@@ -211,10 +211,24 @@ fn render(status: &serde_json::Value) -> String {
         status["cluster_id"].as_str().unwrap_or("(not named yet)"),
         status["node_id"]
     ));
+    let zones = &status["zones"];
+    let zone_of = |id: &str| zones[id].as_str().map(str::to_string);
     if let Some(nodes) = status["nodes"].as_object() {
         for (id, addr) in nodes {
-            out.push_str(&format!("  {id}  {}\n", addr.as_str().unwrap_or("?")));
+            let zone = zone_of(id).map_or(String::new(), |z| format!("  zone {z}"));
+            out.push_str(&format!("  {id}  {}{zone}\n", addr.as_str().unwrap_or("?")));
         }
+    }
+    for exposed in status["quorum_in_one_zone"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        out.push_str(&format!(
+            "warning: group {} has a quorum of its voters in zone {}: losing that zone stops it\n",
+            exposed["group"],
+            exposed["zone"].as_str().unwrap_or("?")
+        ));
     }
     let retired: Vec<String> = status["retired_nodes"]
         .as_array()
@@ -228,9 +242,11 @@ fn render(status: &serde_json::Value) -> String {
             retired.join(", ")
         ));
     }
-    out.push_str(
-        "\ngroup  leader  term  state      last-log  applied  votes  members       follower lag\n",
-    );
+    let zoned = zones.as_object().is_some_and(|z| !z.is_empty());
+    out.push_str(match zoned {
+        true => "\ngroup  leader  term  state      last-log  applied  votes  members (zones) follower lag\n",
+        false => "\ngroup  leader  term  state      last-log  applied  votes  members         follower lag\n",
+    });
     for group in status["groups"].as_array().into_iter().flatten() {
         let lag: Vec<String> = group["follower_lag"]
             .as_array()
@@ -251,8 +267,16 @@ fn render(status: &serde_json::Value) -> String {
             members.push('+');
             members.push_str(&learner);
         }
+        // The voters' zones, in voter order, when the cluster has zones.
+        if zoned {
+            let voter_zones: Vec<String> = ids(&group["voters"])
+                .iter()
+                .map(|id| zone_of(id).unwrap_or_else(|| "?".into()))
+                .collect();
+            members.push_str(&format!(" ({})", voter_zones.join(",")));
+        }
         out.push_str(&format!(
-            "{:<6} {:<7} {:<5} {:<10} {:<9} {:<8} {:<6} {:<13} {}\n",
+            "{:<6} {:<7} {:<5} {:<10} {:<9} {:<8} {:<6} {:<15} {}\n",
             number(&group["group"]),
             number(&group["leader"]),
             number(&group["term"]),
@@ -430,6 +454,17 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("retired"), "{text}");
+        assert!(!text.contains("zone"), "{text}");
+        let mut zoned = status.clone();
+        zoned["zones"] = serde_json::json!({"1": "a", "2": "b", "3": "c"});
+        zoned["quorum_in_one_zone"] = serde_json::json!([{"group": 4, "zone": "a"}]);
+        let text = render(&zoned);
+        assert!(text.contains("  2  b:1  zone b\n"), "{text}");
+        assert!(text.contains(" 1,2,3+4 (a,b,c) "), "{text}");
+        assert!(
+            text.contains("warning: group 4 has a quorum of its voters in zone a"),
+            "{text}"
+        );
         let mut named = status;
         named["cluster_id"] = "prod".into();
         named["retired_nodes"] = serde_json::json!([5, 7]);

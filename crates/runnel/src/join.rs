@@ -187,7 +187,7 @@ fn remember(dir: &Path, peers: &BTreeMap<u64, String>) -> std::io::Result<()> {
 fn remembered(dir: &Path) -> Option<(BTreeMap<u64, String>, u32)> {
     let peers = std::fs::read_to_string(dir.join(PEERS_FILE)).ok()?;
     let groups = groups_in_meta(&std::fs::read_to_string(dir.join(META_FILE)).ok()?)?;
-    Some((crate::config::parse_peers(peers.trim()).ok()?, groups))
+    Some((crate::config::parse_peers(peers.trim()).ok()?.peers, groups))
 }
 
 /// The group count a cluster node's metadata file records.

@@ -151,6 +151,8 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 config.tls = settings.cluster_tls.clone();
                 config.cluster_id = cluster.cluster_id.clone();
                 config.replication = cluster.replication;
+                config.zones = cluster.zones.clone();
+                config.zone = cluster.zone.clone();
                 ClusterNode::open(&config)
                     .await
                     .map_err(|e| e.to_string())?

@@ -105,6 +105,10 @@ impl ClusterNode {
                 only_through_control(group, "preferred leaders are set")?;
                 self.prefer_leaders(leaders).await?
             }
+            MemberChange::SetZone { node, zone } => {
+                only_through_control(group, "a node's zone is recorded")?;
+                self.set_zone(node, zone).await?
+            }
         };
         let (voters, learners) = members(g);
         Ok(MemberReport {

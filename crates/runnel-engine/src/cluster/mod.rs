@@ -78,6 +78,7 @@ mod recovery;
 mod replication;
 mod report;
 mod serving;
+pub mod zones;
 
 /// The data directory's format: 3 keeps streams out of group 0
 /// ([`placement::stream_group`]); a format 2 directory, whose streams
@@ -115,6 +116,13 @@ pub struct ClusterConfig {
     /// node forms a new cluster; the cluster keeps its own factor after
     /// (see [`replication`]). Group 0 is on every node.
     pub replication: usize,
+    /// Zones (failure domains) of the founding nodes, as `--peers` names
+    /// them (the same on every founder): a new cluster is placed by them
+    /// and its control group records them ([`zones`]).
+    pub zones: placement::Zones,
+    /// This node's zone (`--zone`, or its `--peers` entry): kept in the
+    /// data directory, reported in the status.
+    pub zone: Option<String>,
 }
 
 /// A member whose `--peers` do not name it.
@@ -138,6 +146,8 @@ impl ClusterConfig {
             tls: None,
             cluster_id: None,
             replication: DEFAULT_REPLICATION,
+            zones: placement::Zones::new(),
+            zone: None,
         }
     }
 }
@@ -169,6 +179,8 @@ pub struct ClusterNode {
     /// Replicas of each data group (`--replication-factor`), until the
     /// control group holds the cluster's factor.
     replication: usize,
+    /// This node's zone (`--zone`, or its `--peers` entry).
+    own_zone: Option<String>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -206,6 +218,7 @@ impl ClusterNode {
             config.node_id,
             config.cluster_id.as_deref(),
         )?;
+        zones::keep_own(&config.engine.data_dir, config.zone.as_deref())?;
         let transport = TcpTransport {
             links: Arc::new(Links::new(
                 peers,
@@ -394,6 +407,7 @@ impl ClusterNode {
         let mut placement = placement::cluster_target(
             &placement::Placement::default(),
             &ids,
+            &config.zones,
             groups.len(),
             config.replication,
         );
@@ -404,6 +418,10 @@ impl ClusterNode {
         tasks.push(tokio::spawn(leaders::record_initial(
             Arc::clone(&groups[control::CONTROL_GROUP]),
             placement.clone(),
+        )));
+        tasks.push(tokio::spawn(zones::record_known(
+            Arc::clone(&groups[control::CONTROL_GROUP]),
+            config.zones.clone(),
         )));
         tasks.push(tokio::spawn(formation::form_and_balance(
             groups.clone(),
@@ -506,6 +524,7 @@ impl ClusterNode {
             data_dir: engine.data_dir.clone(),
             hosting,
             replication: config.replication,
+            own_zone: config.zone.clone(),
             tasks,
         }))
     }

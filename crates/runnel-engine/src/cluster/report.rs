@@ -99,9 +99,24 @@ impl ClusterNode {
                 status
             })
             .collect();
+        let zones = self.zones();
+        // Groups whose voters (as this node knows them) one zone could
+        // take down: a placement the zones could not honour, or one made
+        // before they were known.
+        let known = crate::placement::Placement {
+            groups: groups.iter().map(|g| g.voters.clone()).collect(),
+        };
+        let exposed: Vec<serde_json::Value> = crate::placement::quorum_in_one_zone(&known, &zones)
+            .into_iter()
+            .filter(|_| !zones.is_empty())
+            .map(|(group, zone)| serde_json::json!({"group": group, "zone": zone}))
+            .collect();
         serde_json::json!({
             "mode": "cluster",
             "node_id": self.node_id,
+            "zone": self.own_zone,
+            "zones": zones,
+            "quorum_in_one_zone": exposed,
             "cluster_id": self.cluster_id(),
             "replication_factor": self.replication(),
             "retired_nodes": self.groups[crate::control::CONTROL_GROUP]

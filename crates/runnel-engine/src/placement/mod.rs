@@ -53,21 +53,65 @@ impl Placement {
     }
 }
 
+/// Each member's zone (failure domain: `runnel serve --zone`). Members
+/// not listed share one unnamed zone, so a cluster without zones is one
+/// zone and placement ignores them.
+pub type Zones = BTreeMap<NodeId, String>;
+
+/// The zone of `node` in `zones` (`""`: none given).
+pub fn zone_of(zones: &Zones, node: NodeId) -> &str {
+    zones.get(&node).map_or("", String::as_str)
+}
+
+/// The most replicas of one group a zone may hold: one each while there
+/// are at least as many zones as replicas, else as evenly as the zones
+/// allow (`ceil(replicas / zones)`).
+pub fn zone_cap(zones: &Zones, members: &BTreeSet<NodeId>, replicas: usize) -> usize {
+    let distinct: BTreeSet<&str> = members.iter().map(|m| zone_of(zones, *m)).collect();
+    replicas.div_ceil(distinct.len().max(1)).max(1)
+}
+
+/// The groups of `placement` that a single zone can take down: those
+/// holding a majority of their replicas in one zone (named with it). A
+/// cluster with fewer zones than replicas cannot avoid some.
+pub fn quorum_in_one_zone(placement: &Placement, zones: &Zones) -> Vec<(usize, String)> {
+    let mut out = Vec::new();
+    for (g, replicas) in placement.groups.iter().enumerate() {
+        let mut per_zone: BTreeMap<&str, usize> = BTreeMap::new();
+        for node in replicas {
+            *per_zone.entry(zone_of(zones, *node)).or_default() += 1;
+        }
+        let quorum = replicas.len() / 2 + 1;
+        if replicas.len() > 1 {
+            if let Some((zone, _)) = per_zone.iter().find(|(_, n)| **n >= quorum) {
+                out.push((g, zone.to_string()));
+            }
+        }
+    }
+    out
+}
+
 /// The placement to converge to for `group_count` groups of
 /// `min(replication, members)` replicas each over the active `members`:
-/// every replica on an active member, no two of a group on one node,
-/// replicas per node differing by at most one, preferred leaders per
-/// node at most `ceil(groups / members)`; among such placements, one
-/// that keeps as many of `current`'s replicas (and leaders) as it can.
+/// every replica on an active member, no two of a group on one node, no
+/// more of a group in one zone than [`zone_cap`] (when the members'
+/// zones can honour it), replicas per node as even as the zones allow
+/// (differing by at most one without zones), preferred leaders per node
+/// at most `ceil(groups / members)`; among such placements, one that
+/// keeps as many of `current`'s replicas (and leaders) as it can.
 pub fn target(
     current: &Placement,
     members: &[NodeId],
+    zones: &Zones,
     group_count: usize,
     replication: usize,
 ) -> Placement {
     let members: BTreeSet<NodeId> = members.iter().copied().collect();
     assert!(!members.is_empty(), "a placement needs a member");
     let want = replication.clamp(1, members.len());
+    let cap = zone_cap(zones, &members, want);
+    let zone = |n: &NodeId| zone_of(zones, *n);
+    let in_zone = |replicas: &[NodeId], z: &str| replicas.iter().filter(|n| zone(n) == z).count();
     let mut groups: Vec<Vec<NodeId>> = (0..group_count)
         .map(|g| {
             let mut kept = Vec::new();
@@ -83,59 +127,97 @@ pub fn target(
     for node in groups.iter().flatten() {
         *load.get_mut(node).expect("kept replicas are members") += 1;
     }
-    // Too many replicas: drop those on the busiest nodes (never the
-    // preferred leader, which is first).
+    // Too many in one zone: drop the busiest of that zone's replicas (not
+    // the preferred leader, which is first), while a member of a zone with
+    // room can take its place.
     for replicas in &mut groups {
-        while replicas.len() > want {
+        let room_elsewhere = |replicas: &[NodeId]| {
+            members
+                .iter()
+                .any(|m| !replicas.contains(m) && in_zone(replicas, zone(m)) < cap)
+        };
+        loop {
+            let crowded = replicas
+                .iter()
+                .map(&zone)
+                .find(|z| in_zone(replicas, z) > cap)
+                .map(str::to_string);
+            let Some(crowded) = crowded.filter(|_| room_elsewhere(replicas)) else {
+                break;
+            };
             let (at, node) = replicas
                 .iter()
                 .enumerate()
                 .skip(1)
+                .filter(|(_, n)| zone(n) == crowded)
                 .max_by_key(|(_, n)| (load[*n], **n))
+                .map(|(at, n)| (at, *n))
+                .expect("a crowded zone holds a replica after the first");
+            replicas.remove(at);
+            *load.get_mut(&node).expect("member") -= 1;
+        }
+    }
+    // Too many replicas: drop those in zones over their cap, then on the
+    // busiest nodes (never the preferred leader, which is first).
+    for replicas in &mut groups {
+        while replicas.len() > want {
+            let crowds = |n: &NodeId| in_zone(replicas, zone(n)) > cap;
+            let (at, node) = replicas
+                .iter()
+                .enumerate()
+                .skip(1)
+                .max_by_key(|(_, n)| (crowds(n), load[*n], **n))
                 .map(|(at, n)| (at, *n))
                 .expect("more than one replica");
             replicas.remove(at);
             *load.get_mut(&node).expect("member") -= 1;
         }
     }
-    // Too few: add the least loaded members the group lacks.
+    // Too few: add the member the group lacks in the zone it has fewest
+    // replicas in (a zone at its cap only when no other is left), the
+    // least loaded among equals.
     for replicas in &mut groups {
         while replicas.len() < want {
             let node = *members
                 .iter()
                 .filter(|m| !replicas.contains(m))
-                .min_by_key(|m| (load[*m], **m))
+                .min_by_key(|m| {
+                    let held = in_zone(replicas, zone(m));
+                    (held >= cap, held, load[*m], **m)
+                })
                 .expect("want <= members");
             replicas.push(node);
             *load.get_mut(&node).expect("member") += 1;
         }
     }
-    // Even out: move a replica from the busiest node to the idlest while
-    // they differ by more than one. Each move lowers the sum of squared
-    // loads, so this ends.
+    // Even out: move a replica from a busier node to an idler one (two
+    // apart at least), busiest and idlest first, while one can move
+    // without crowding a zone. Each move lowers the sum of squared loads,
+    // so this ends.
     loop {
-        let (&busiest, &high) = load
-            .iter()
-            .max_by_key(|(n, l)| (**l, **n))
-            .expect("members");
-        let (&idlest, &low) = load
-            .iter()
-            .min_by_key(|(n, l)| (**l, **n))
-            .expect("members");
-        if high <= low + 1 {
+        let mut by_load: Vec<(usize, NodeId)> = load.iter().map(|(n, l)| (*l, *n)).collect();
+        by_load.sort_unstable();
+        let found = by_load.iter().rev().find_map(|&(high, busy)| {
+            by_load
+                .iter()
+                .take_while(|(low, _)| high > low + 1)
+                .find_map(|&(_, idle)| {
+                    let fits = |r: &Vec<NodeId>| {
+                        r.contains(&busy)
+                            && !r.contains(&idle)
+                            && (zone(&idle) == zone(&busy) || in_zone(r, zone(&idle)) < cap)
+                    };
+                    let g = groups.iter().rposition(fits)?;
+                    Some((g, busy, idle))
+                })
+        });
+        let Some((g, busy, idle)) = found else {
             break;
-        }
-        // A group on the busiest node but not on the idlest exists: the
-        // busiest holds more groups than the idlest.
-        let replicas = groups
-            .iter_mut()
-            .rev()
-            .find(|r| r.contains(&busiest) && !r.contains(&idlest))
-            .expect("a busier node holds a group the idler lacks");
-        let at = replicas.iter().position(|n| *n == busiest).expect("found");
-        replicas[at] = idlest;
-        *load.get_mut(&busiest).expect("member") -= 1;
-        *load.get_mut(&idlest).expect("member") += 1;
+        };
+        let at = groups[g].iter().position(|n| *n == busy).expect("found");
+        groups[g][at] = idle;
+        *load.get_mut(&busy).expect("member") -= 1;
+        *load.get_mut(&idle).expect("member") += 1;
     }
     balance_leaders(&mut groups, &members);
     Placement { groups }
@@ -170,6 +252,7 @@ pub const CONTROL_VOTERS: usize = 5;
 pub fn cluster_target(
     current: &Placement,
     members: &[NodeId],
+    zones: &Zones,
     group_count: usize,
     replication: usize,
 ) -> Placement {
@@ -177,12 +260,12 @@ pub fn cluster_target(
     let data_now = Placement {
         groups: current.groups.iter().skip(1).cloned().collect(),
     };
-    let data = target(&data_now, members, group_count - 1, replication);
+    let data = target(&data_now, members, zones, group_count - 1, replication);
     let mut everyone: Vec<NodeId> = members.to_vec();
     everyone.sort_unstable();
     everyone.dedup();
     let data_leads = data.leaders_per_node(&everyone);
-    let mut voters = control_voters(current.groups.first(), &everyone, &data_leads);
+    let mut voters = control_voters(current.groups.first(), &everyone, zones, &data_leads);
     let cap = group_count.div_ceil(everyone.len());
     let kept = voters
         .first()
@@ -202,26 +285,42 @@ pub fn cluster_target(
 }
 
 /// Group 0's voters among `members`: those it has, in their order, while
-/// they are members, then the members leading the fewest data groups
-/// (`data_leads`; by id among equals, so one of them can lead group 0
-/// within the cap), [`CONTROL_VOTERS`] at most (a cluster that formed
-/// with more drops its last ones).
+/// they are members and their zone holds no more of them than
+/// [`zone_cap`], then members from the zones with fewest voters, leading
+/// the fewest data groups (`data_leads`; by id among equals, so one of
+/// them can lead group 0 within the cap), [`CONTROL_VOTERS`] at most (a
+/// cluster that formed with more drops its last ones).
 fn control_voters(
     current: Option<&Vec<NodeId>>,
     members: &[NodeId],
+    zones: &Zones,
     data_leads: &BTreeMap<NodeId, usize>,
 ) -> Vec<NodeId> {
-    let mut voters: Vec<NodeId> = Vec::with_capacity(CONTROL_VOTERS);
+    let count = CONTROL_VOTERS.min(members.len());
+    let cap = zone_cap(zones, &members.iter().copied().collect(), count);
+    let in_zone =
+        |voters: &[NodeId], z: &str| voters.iter().filter(|v| zone_of(zones, **v) == z).count();
+    let mut voters: Vec<NodeId> = Vec::with_capacity(count);
     let held = current
         .into_iter()
         .flatten()
         .filter(|n| members.contains(n));
-    let mut others = members.to_vec();
-    others.sort_by_key(|n| (data_leads[n], *n));
-    for node in held.chain(&others) {
-        if voters.len() < CONTROL_VOTERS && !voters.contains(node) {
+    for node in held {
+        if voters.len() < count
+            && !voters.contains(node)
+            && in_zone(&voters, zone_of(zones, *node)) < cap
+        {
             voters.push(*node);
         }
+    }
+    while voters.len() < count {
+        let next = members
+            .iter()
+            .filter(|m| !voters.contains(m))
+            .min_by_key(|m| (in_zone(&voters, zone_of(zones, **m)), data_leads[*m], **m))
+            .copied()
+            .expect("count <= members");
+        voters.push(next);
     }
     voters
 }

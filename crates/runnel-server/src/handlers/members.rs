@@ -4,7 +4,8 @@
 //! ctl node add` and `node remove` send one per group; each is
 //! idempotent. `?retire=N` to group 0 removes a node that is in no group
 //! from the cluster for good, and `?replication=R` to group 0 sets the
-//! cluster's replication factor (`runnel ctl node rebalance`). `?lead=N`
+//! cluster's replication factor (`runnel ctl node rebalance`), and
+//! `?zone=N:ZONE` records node N's zone. `?lead=N`
 //! moves the group's leadership to its voter N, `?lead-away=N` off N if
 //! N leads it (before N's replica moves away). Group 0 has five voters
 //! at most: `?learn=N&addr=HOST:PORT` makes N one of its learners, and
@@ -83,6 +84,16 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
             Some(("prefer", value)) => changes.push(MemberChange::PreferLeaders {
                 leaders: parse_leaders(value)?,
             }),
+            Some(("zone", value)) => {
+                let value = percent_decode(value)?;
+                let (node, zone) = value
+                    .split_once(':')
+                    .ok_or_else(|| ApiError::bad(format!("{value:?} is not NODE_ID:ZONE")))?;
+                changes.push(MemberChange::SetZone {
+                    node: strict_integer(node, "the node id")?,
+                    zone: zone.to_string(),
+                });
+            }
             Some(("replication", value)) => {
                 let factor = strict_integer(value, "replication")?;
                 let factor = u32::try_from(factor).map_err(|_| {
@@ -109,7 +120,7 @@ fn usage() -> ApiError {
     ApiError::bad(
         "a membership change is one of ?add=NODE_ID&addr=HOST:PORT, \
          ?learn=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID, ?demote=NODE_ID, ?retire=NODE_ID, \
-         ?replication=FACTOR, ?lead=NODE_ID, ?lead-away=NODE_ID or \
+         ?replication=FACTOR, ?zone=NODE_ID:ZONE, ?lead=NODE_ID, ?lead-away=NODE_ID or \
          ?prefer=GROUP:NODE_ID,...",
     )
 }

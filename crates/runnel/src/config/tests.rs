@@ -135,3 +135,57 @@ fn a_cluster_id_is_for_members_and_must_be_valid() {
     let err = single.resolve().err().unwrap();
     assert!(err.contains("for cluster members"), "{err}");
 }
+
+#[test]
+fn zones_come_from_the_peers_and_the_zone_flag_must_agree() {
+    let member = |peers: &str, zone: Option<&str>| ServeArgs {
+        node_id: Some(2),
+        peers: Some(peers.into()),
+        zone: zone.map(String::from),
+        ..ServeArgs::default()
+    };
+    let zoned = "1=127.0.0.1:5001@a,2=127.0.0.1:5003@b,3=127.0.0.1:5005@c";
+    for flag in [None, Some("b")] {
+        let cluster = member(zoned, flag).resolve().unwrap().cluster.unwrap();
+        assert_eq!(cluster.peers[&2], "127.0.0.1:5003");
+        let zones: Vec<(u64, &str)> = cluster
+            .zones
+            .iter()
+            .map(|(n, z)| (*n, z.as_str()))
+            .collect();
+        assert_eq!(zones, [(1, "a"), (2, "b"), (3, "c")]);
+        assert_eq!(cluster.zone.as_deref(), Some("b"));
+    }
+    // A node whose peers name no zones (one added later) gives its own,
+    // which does not place the cluster's founders.
+    let plain = "1=127.0.0.1:5001,2=127.0.0.1:5003";
+    let cluster = member(plain, Some("b")).resolve().unwrap().cluster.unwrap();
+    assert!(cluster.zones.is_empty());
+    assert_eq!(cluster.zone.as_deref(), Some("b"));
+    let cluster = member(plain, None).resolve().unwrap().cluster.unwrap();
+    assert_eq!((cluster.zones.len(), cluster.zone), (0, None));
+    for (peers, flag, why) in [
+        (zoned, Some("c"), "--peers puts node 2 in zone b"),
+        ("1=127.0.0.1:5001@a,2=127.0.0.1:5003", None, "but not for 2"),
+        (
+            "1=127.0.0.1:5001@a b,2=127.0.0.1:5003@b",
+            None,
+            "zone holds only",
+        ),
+        (
+            "1=127.0.0.1:5001@,2=127.0.0.1:5003@b",
+            None,
+            "1 to 64 characters",
+        ),
+        (plain, Some(""), "--zone"),
+    ] {
+        let err = member(peers, flag).resolve().err().unwrap();
+        assert!(err.contains(why), "{peers} {flag:?}: {err}");
+    }
+    let single = ServeArgs {
+        zone: Some("a".into()),
+        ..ServeArgs::default()
+    };
+    let err = single.resolve().err().unwrap();
+    assert!(err.contains("--zone is for cluster members"), "{err}");
+}

@@ -30,6 +30,9 @@ pub(crate) struct Layout {
     /// Each group's voters, the leader first.
     pub placement: Placement,
     pub replication: usize,
+    /// Each member's zone: as the cluster records them, and as members
+    /// that answered say of themselves.
+    pub zones: placement::Zones,
     /// The members whose status answered.
     pub answering: BTreeSet<u64>,
 }
@@ -82,8 +85,10 @@ impl Layout {
             .iter()
             .filter_map(|s| s["node_id"].as_u64())
             .collect();
+        let zones = zones_of(&statuses);
         Ok(placement_of(&statuses).map(|placement| Layout {
             answering,
+            zones,
             replication: status["replication_factor"]
                 .as_u64()
                 .map_or(runnel_engine::cluster::DEFAULT_REPLICATION, |r| r as usize),
@@ -116,6 +121,25 @@ fn ids(value: &serde_json::Value) -> Vec<u64> {
         .flatten()
         .filter_map(serde_json::Value::as_u64)
         .collect()
+}
+
+/// Each member's zone: the recorded ones (`zones`), and each answering
+/// member's own (`zone`).
+fn zones_of(statuses: &[serde_json::Value]) -> placement::Zones {
+    let mut zones = placement::Zones::new();
+    for status in statuses {
+        for (id, zone) in status["zones"].as_object().into_iter().flatten() {
+            if let (Ok(id), Some(zone)) = (id.parse(), zone.as_str()) {
+                zones.insert(id, zone.to_string());
+            }
+        }
+    }
+    for status in statuses {
+        if let (Some(id), Some(zone)) = (status["node_id"].as_u64(), status["zone"].as_str()) {
+            zones.entry(id).or_insert_with(|| zone.to_string());
+        }
+    }
+    zones
 }
 
 /// Each group's voters, the leader first, as each group's leader reports
@@ -157,7 +181,22 @@ pub(crate) fn place(
 ) -> Result<usize, String> {
     let members: Vec<u64> = members.iter().copied().collect();
     let count = layout.placement.groups.len();
-    let target = placement::cluster_target(&layout.placement, &members, count, layout.replication);
+    let zones = record_new_zones(args, layout, new_addrs)?;
+    let target = placement::cluster_target(
+        &layout.placement,
+        &members,
+        &zones,
+        count,
+        layout.replication,
+    );
+    for (group, zone) in placement::quorum_in_one_zone(&target, &zones) {
+        if !zones.is_empty() {
+            eprintln!(
+                "warning: group {group} will have a quorum of its voters in zone {zone} (the \
+                 zones cannot honour the replication factor): losing that zone stops it"
+            );
+        }
+    }
     let moves = placement::moves(&layout.placement, &target);
     eprintln!(
         "replicas now {:?}; to be {:?}",
@@ -217,6 +256,28 @@ pub(crate) fn place(
     }
     settle_leaders(args, &target)?;
     Ok(moves.len())
+}
+
+/// The zones to place by: `layout`'s, and those of the nodes being added
+/// (`new_addrs`, as each says of itself), which are recorded in group 0
+/// first so that every later placement sees them.
+fn record_new_zones(
+    args: &NodeArgs,
+    layout: &Layout,
+    new_addrs: &BTreeMap<u64, String>,
+) -> Result<placement::Zones, String> {
+    let mut zones = layout.zones.clone();
+    let scheme = args.target.split("://").next().unwrap_or("http");
+    for (node, addr) in new_addrs {
+        let status = status_of(args, &format!("{scheme}://{addr}"))?;
+        let Some(zone) = status["zone"].as_str() else {
+            continue;
+        };
+        let path = format!("/_runnel/cluster/groups/0/members?zone={node}:{zone}");
+        change_group(args, &path, 0)?;
+        zones.insert(*node, zone.to_string());
+    }
+    Ok(zones)
 }
 
 /// Refuses a placement that would leave a group whose voters change with

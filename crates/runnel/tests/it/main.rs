@@ -35,3 +35,4 @@ mod subscriptions;
 mod tier;
 mod tier_cluster;
 mod tls;
+mod zones;

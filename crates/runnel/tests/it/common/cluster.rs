@@ -53,12 +53,31 @@ impl Cluster {
         extra: &[&str],
         admin_token: Option<&str>,
     ) -> Cluster {
+        Cluster::start_placed(dir, nodes, extra, admin_token, &[]).await
+    }
+
+    /// [`Cluster::start`] with node `i` in zone `zones[i]` (named in
+    /// every node's `--peers`).
+    pub async fn start_in_zones(dir: &Path, zones: &[&str], extra: &[&str]) -> Cluster {
+        Cluster::start_placed(dir, zones.len(), extra, None, zones).await
+    }
+
+    async fn start_placed(
+        dir: &Path,
+        nodes: usize,
+        extra: &[&str],
+        admin_token: Option<&str>,
+        zones: &[&str],
+    ) -> Cluster {
         // Each node's HTTP port and, next to it, its Raft port.
         let ports: Vec<u16> = (0..nodes).map(|_| super::reserve_ports(2)).collect();
         let peers = ports
             .iter()
             .enumerate()
-            .map(|(i, p)| format!("{}=127.0.0.1:{p}", i + 1))
+            .map(|(i, p)| {
+                let zone = zones.get(i).map_or(String::new(), |z| format!("@{z}"));
+                format!("{}=127.0.0.1:{p}{zone}", i + 1)
+            })
             .collect::<Vec<_>>()
             .join(",");
         let mut cluster = Cluster {
