@@ -253,10 +253,16 @@ async fn sparse_segments_are_copied_forward_and_reclaimed() {
             node.propose(append("tail", &junk)).await.unwrap();
         }
         let before = segment_files(dir.path());
-        node.checkpoint().await.unwrap();
+        // Live bytes keep their segments the first time: at most what two
+        // segments hold is reclaimed (a segment can end early, holding
+        // only the deleted stream's bytes, when a commit batch did not fit:
+        // how batches fall depends on the machine's load).
+        let first = node.checkpoint().await.unwrap();
+        let kept = segment_files(dir.path());
         assert!(
-            segment_files(dir.path()) + 2 >= before,
-            "live bytes in every segment keep them the first time"
+            first <= 2 * 4096,
+            "{before} segments before, {kept} after, {first} bytes reclaimed: live bytes in \
+             every segment keep them the first time"
         );
         assert_eq!(
             read_all(&node, "keep").await,
