@@ -26,9 +26,10 @@ use std::sync::Arc;
 /// subscriptions ([`crate::subscription`], as JSON); version 5 the
 /// cluster id, version 6 the retired nodes, version 7 the replication
 /// factor, version 8 the preferred leaders ([`crate::cluster_meta`]),
-/// version 9 the nodes' zones ([`crate::zones`]).
+/// version 9 the nodes' zones ([`crate::zones`]), version 10 whether
+/// self-healing is paused ([`crate::cluster_meta`]).
 /// Earlier versions still load.
-const CHECKPOINT_VERSION: u8 = 9;
+const CHECKPOINT_VERSION: u8 = 10;
 
 /// A group's state taken for a checkpoint under its lock, encoded after.
 ///
@@ -124,6 +125,7 @@ impl StreamsState {
             w.u64(*node);
             w.str(zone);
         }
+        w.bool(self.healing_paused);
         CheckpointCapture {
             bytes: w.finish(),
             cuts,
@@ -207,6 +209,9 @@ impl StreamsState {
                 let node = r.u64()?;
                 state.zones.insert(node, r.string()?);
             }
+        }
+        if version >= 10 {
+            state.healing_paused = r.bool()?;
         }
         r.expect_end()?;
         Ok(state)

@@ -15,7 +15,10 @@
 //! [`Command::PreferLeaders`](crate::Command::PreferLeaders) records which
 //! node each group should be led by (the placement's balanced choice: a
 //! forming cluster's first, then `runnel ctl node`'s after each change of
-//! placement); each group's leader hands its leadership there. All four
+//! placement); each group's leader hands its leadership there.
+//! [`Command::PauseHealing`](crate::Command::PauseHealing) pauses or
+//! resumes the cluster's self-healing (replicas moved off dead nodes by
+//! the groups' leaders; `runnel ctl rebalance pause|resume`). All of these
 //! are part of the state, so checkpoints and snapshots carry them to
 //! replicas that join later.
 
@@ -122,6 +125,17 @@ impl StreamsState {
             changed |= self.preferred_leaders.insert(*group, *node) != Some(*node);
         }
         Ok(Applied::PreferredLeaders { changed })
+    }
+
+    /// Whether the cluster's self-healing is paused.
+    pub fn healing_paused(&self) -> bool {
+        self.healing_paused
+    }
+
+    pub(crate) fn pause_healing(&mut self, paused: bool) -> Applied {
+        let changed = self.healing_paused != paused;
+        self.healing_paused = paused;
+        Applied::Healing { paused, changed }
     }
 
     pub(crate) fn retire_node(&mut self, node: u64) -> Applied {
@@ -300,6 +314,35 @@ mod tests {
         assert_eq!(replicate(&mut state, 5, false), applied(5, false));
         assert_eq!(replicate(&mut state, 2, false), applied(2, true));
         assert_eq!(state.replication(), Some(2));
+    }
+
+    #[test]
+    fn healing_pauses_and_resumes_and_checkpoints_carry_it() {
+        let mut state = StreamsState::new();
+        assert!(!state.healing_paused());
+        let pause = |state: &mut StreamsState, paused| run(state, Command::PauseHealing { paused });
+        let before = state.digest();
+        assert_eq!(
+            pause(&mut state, true),
+            Ok(Applied::Healing {
+                paused: true,
+                changed: true
+            })
+        );
+        assert_ne!(state.digest(), before);
+        assert_eq!(
+            pause(&mut state, true),
+            Ok(Applied::Healing {
+                paused: true,
+                changed: false
+            })
+        );
+        let bytes = state.capture_checkpoint().encode();
+        let restored = StreamsState::decode_checkpoint(&bytes).expect("decodes");
+        assert!(restored.healing_paused());
+        assert_eq!(restored.digest(), state.digest());
+        pause(&mut state, false).expect("resumed");
+        assert!(!state.healing_paused());
     }
 
     #[test]

@@ -183,6 +183,11 @@ pub enum Command {
     SetZones {
         zones: Vec<(u64, String)>,
     },
+    /// Pause or resume the cluster's self-healing (the control group's;
+    /// see [`crate::cluster_meta`]).
+    PauseHealing {
+        paused: bool,
+    },
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -234,7 +239,8 @@ impl Command {
             | Command::RetireNode { .. }
             | Command::SetReplication { .. }
             | Command::PreferLeaders { .. }
-            | Command::SetZones { .. } => (None, None),
+            | Command::SetZones { .. }
+            | Command::PauseHealing { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -305,6 +311,7 @@ const TAG_RETIRE_NODE: u8 = 16;
 const TAG_SET_REPLICATION: u8 = 17;
 const TAG_PREFER_LEADERS: u8 = 18;
 const TAG_SET_ZONES: u8 = 19;
+const TAG_PAUSE_HEALING: u8 = 20;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -474,6 +481,10 @@ impl Entry {
                     w.u64(*node);
                     w.str(zone);
                 }
+            }
+            Command::PauseHealing { paused } => {
+                w.u8(TAG_PAUSE_HEALING);
+                w.bool(*paused);
             }
         }
         w.raw(data);
@@ -659,6 +670,7 @@ impl Entry {
                 }
                 Command::SetZones { zones }
             }
+            TAG_PAUSE_HEALING => Command::PauseHealing { paused: r.bool()? },
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {

@@ -98,6 +98,11 @@ pub enum Applied {
     Zones {
         changed: bool,
     },
+    /// Self-healing paused or resumed; `changed`: it was not so before.
+    Healing {
+        paused: bool,
+        changed: bool,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -237,6 +242,9 @@ pub struct StreamsState {
     pub(crate) preferred_leaders: std::collections::BTreeMap<u32, u64>,
     /// Each node's zone, in the control group (see [`crate::zones`]).
     pub(crate) zones: std::collections::BTreeMap<u64, String>,
+    /// Whether the cluster's self-healing is paused, in the control group
+    /// (see [`crate::cluster_meta`]).
+    pub(crate) healing_paused: bool,
 }
 
 impl StreamsState {
@@ -317,6 +325,7 @@ impl StreamsState {
             Command::SetReplication { factor, initial } => self.set_replication(*factor, *initial),
             Command::PreferLeaders { leaders, initial } => self.prefer_leaders(leaders, *initial),
             Command::SetZones { zones } => self.set_zones(zones),
+            Command::PauseHealing { paused } => Ok(self.pause_healing(*paused)),
         }
     }
 
@@ -436,6 +445,9 @@ impl StreamsState {
         for (node, zone) in &self.zones {
             feed(&node.to_le_bytes());
             feed(zone.as_bytes());
+        }
+        if self.healing_paused {
+            feed(b"healing paused");
         }
         hash
     }

@@ -392,6 +392,9 @@ pub enum MemberChange {
     /// `node` is in zone `zone` (a change to the control group only; see
     /// `cluster::zones`).
     SetZone { node: NodeId, zone: String },
+    /// The cluster's self-healing is to pause (or resume: a change to the
+    /// control group only; see `cluster::healing`).
+    PauseHealing { paused: bool },
 }
 
 /// A group's membership after a change.

@@ -287,6 +287,7 @@ impl NodeEngine for Node {
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
             disk: DiskSpace::of(&self.data_dir),
             memory: upkeep::memory_of(&self.groups),
+            healing: None,
         }
     }
 

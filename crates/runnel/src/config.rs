@@ -128,6 +128,12 @@ pub struct ServeArgs {
     /// Letters, digits, '.', '_' and '-', up to 64.
     #[arg(long)]
     pub zone: Option<String>,
+    /// In a cluster, how long a member may go without answering before
+    /// the leaders of its groups move its replicas to live nodes (zones
+    /// respected, one move at a time per leader); 0 never moves them.
+    /// `runnel ctl rebalance pause` pauses it cluster-wide [default: 300].
+    #[arg(long)]
+    pub dead_node_after: Option<u64>,
     /// Join a running cluster through any member's base URL
     /// (`http://HOST:PORT`), instead of naming every node with --peers:
     /// this node (--node-id, reached by the others at --listen) learns the
@@ -302,6 +308,8 @@ pub struct ClusterSettings {
     pub zones: BTreeMap<u64, String>,
     /// This node's zone: `--zone`, or its `--peers` entry.
     pub zone: Option<String>,
+    /// `--dead-node-after` (`None`: 0, never).
+    pub dead_node_after: Option<Duration>,
 }
 
 /// Everything `serve` needs, resolved.
@@ -577,6 +585,11 @@ impl ServeArgs {
                     replication,
                     zones,
                     zone,
+                    dead_node_after: match pick!(dead_node_after) {
+                        Some(0) => None,
+                        Some(secs) => Some(Duration::from_secs(secs)),
+                        None => Some(runnel_engine::cluster::DEFAULT_DEAD_NODE_AFTER),
+                    },
                 })
             }
         };

@@ -36,6 +36,15 @@ pub enum CtlCommand {
         #[arg(long)]
         ca: Option<std::path::PathBuf>,
     },
+    /// Pause or resume self-healing: the leaders of a member's groups
+    /// moving its replicas to live nodes once it has not answered for
+    /// `serve --dead-node-after` (kept in the cluster's metadata).
+    Rebalance {
+        #[arg(value_enum)]
+        action: RebalanceAction,
+        #[command(flatten)]
+        common: NodeArgs,
+    },
     /// Replace the key that signs webhooks; the old public key stays in
     /// `jwks.json` for --keep-secs so receivers verify deliveries already
     /// sent.
@@ -53,6 +62,13 @@ pub enum CtlCommand {
         #[arg(long)]
         ca: Option<std::path::PathBuf>,
     },
+}
+
+/// `runnel ctl rebalance pause|resume`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum RebalanceAction {
+    Pause,
+    Resume,
 }
 
 /// Cluster membership.
@@ -179,6 +195,21 @@ pub fn run(command: CtlCommand) -> Result<(), String> {
             print!("{}", render(&status));
             Ok(())
         }
+        CtlCommand::Rebalance { action, common } => {
+            let (word, done) = match action {
+                RebalanceAction::Pause => ("pause", "paused"),
+                RebalanceAction::Resume => ("resume", "resumed"),
+            };
+            let path = format!("/_runnel/cluster/groups/0/members?healing={word}");
+            let report = membership::change_group(&common, &path, 0)?;
+            let already = if report["changed"] == false {
+                " (it was already)"
+            } else {
+                ""
+            };
+            println!("self-healing {done}{already}");
+            Ok(())
+        }
         CtlCommand::RotateWebhookKey {
             target,
             keep_secs,
@@ -219,6 +250,7 @@ fn render(status: &serde_json::Value) -> String {
             out.push_str(&format!("  {id}  {}{zone}\n", addr.as_str().unwrap_or("?")));
         }
     }
+    out.push_str(&render_healing(&status["healing"]));
     for exposed in status["quorum_in_one_zone"]
         .as_array()
         .into_iter()
@@ -298,6 +330,37 @@ fn render(status: &serde_json::Value) -> String {
         ));
     }
     out
+}
+
+/// The self-healing line: when replicas move off a silent member, which
+/// members are silent, and how many replicas this node moved.
+fn render_healing(healing: &serde_json::Value) -> String {
+    if healing.is_null() {
+        return String::new();
+    }
+    let when = match healing["dead_node_after_secs"].as_u64() {
+        Some(secs) => format!("replicas move off a member silent for {secs} s"),
+        None => "off (--dead-node-after 0)".into(),
+    };
+    let paused = if healing["paused"] == true {
+        ", paused (runnel ctl rebalance resume)"
+    } else {
+        ""
+    };
+    let silent: Vec<String> = healing["silent"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|pair| format!("{} for {} s", pair[0], pair[1]))
+        .collect();
+    let silent = match silent.is_empty() {
+        true => String::new(),
+        false => format!("; silent: {}", silent.join(", ")),
+    };
+    format!(
+        "self-healing: {when}{paused}{silent}; {} moved by this node\n",
+        healing["moves"]
+    )
 }
 
 /// The memory line: resident memory by kind, then by owner, in MB.
@@ -455,6 +518,19 @@ mod tests {
         );
         assert!(!text.contains("retired"), "{text}");
         assert!(!text.contains("zone"), "{text}");
+        assert!(!text.contains("self-healing"), "{text}");
+        let mut healing = status.clone();
+        healing["healing"] = serde_json::json!({
+            "dead_node_after_secs": 300, "paused": true, "silent": [[3, 12]], "moves": 2,
+        });
+        let text = render(&healing);
+        assert!(
+            text.contains(
+                "self-healing: replicas move off a member silent for 300 s, paused (runnel ctl \
+                 rebalance resume); silent: 3 for 12 s; 2 moved by this node"
+            ),
+            "{text}"
+        );
         let mut zoned = status.clone();
         zoned["zones"] = serde_json::json!({"1": "a", "2": "b", "3": "c"});
         zoned["quorum_in_one_zone"] = serde_json::json!([{"group": 4, "zone": "a"}]);

@@ -153,6 +153,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 config.replication = cluster.replication;
                 config.zones = cluster.zones.clone();
                 config.zone = cluster.zone.clone();
+                config.dead_node_after = cluster.dead_node_after;
                 ClusterNode::open(&config)
                     .await
                     .map_err(|e| e.to_string())?

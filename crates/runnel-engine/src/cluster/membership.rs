@@ -109,6 +109,10 @@ impl ClusterNode {
                 only_through_control(group, "a node's zone is recorded")?;
                 self.set_zone(node, zone).await?
             }
+            MemberChange::PauseHealing { paused } => {
+                only_through_control(group, "self-healing is paused or resumed")?;
+                self.pause_healing(paused).await?
+            }
         };
         let (voters, learners) = members(g);
         Ok(MemberReport {
@@ -209,7 +213,7 @@ impl ClusterNode {
 }
 
 impl ClusterNode {
-    fn is_retired(&self, node: NodeId) -> bool {
+    pub(super) fn is_retired(&self, node: NodeId) -> bool {
         self.groups[CONTROL_GROUP]
             .view()
             .with_state(|s| s.is_retired(node))
@@ -288,7 +292,7 @@ impl ClusterNode {
 impl ClusterNode {
     /// The members of `group`, which this node holds no copy of, as its
     /// leader answers (`None`: no leader known, or it did not answer).
-    async fn members_elsewhere(&self, group: u32) -> Option<BTreeSet<NodeId>> {
+    pub(super) async fn members_elsewhere(&self, group: u32) -> Option<BTreeSet<NodeId>> {
         let (leader, _) = self.hosting.hint(group)?;
         let view = self.peers_asked.leader_view(leader, group).await.ok()?;
         view.members.map(|m| m.nodes.into_iter().collect())

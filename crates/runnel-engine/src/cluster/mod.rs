@@ -67,6 +67,7 @@ use identity::Identity;
 mod collect;
 mod control_voters;
 mod formation;
+mod healing;
 pub mod hosting;
 pub mod identity;
 mod joint;
@@ -123,12 +124,19 @@ pub struct ClusterConfig {
     /// This node's zone (`--zone`, or its `--peers` entry): kept in the
     /// data directory, reported in the status.
     pub zone: Option<String>,
+    /// Replicas on a member that has not answered for this long move to
+    /// live nodes ([`healing`]); `None`: never.
+    pub dead_node_after: Option<Duration>,
 }
 
 /// A member whose `--peers` do not name it.
 #[derive(Debug, thiserror::Error)]
 #[error("--peers does not list this node ({0})")]
 pub struct NotInPeers(pub NodeId);
+
+/// How long a member may be silent before its replicas move, unless
+/// `--dead-node-after` says.
+pub const DEFAULT_DEAD_NODE_AFTER: Duration = Duration::from_secs(300);
 
 /// Replicas of each data group unless `--replication-factor` says.
 pub const DEFAULT_REPLICATION: usize = 3;
@@ -148,6 +156,7 @@ impl ClusterConfig {
             replication: DEFAULT_REPLICATION,
             zones: placement::Zones::new(),
             zone: None,
+            dead_node_after: Some(DEFAULT_DEAD_NODE_AFTER),
         }
     }
 }
@@ -181,6 +190,9 @@ pub struct ClusterNode {
     replication: usize,
     /// This node's zone (`--zone`, or its `--peers` entry).
     own_zone: Option<String>,
+    /// `--dead-node-after`, and what self-healing did ([`healing`]).
+    dead_node_after: Option<Duration>,
+    healing: healing::HealingState,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -505,27 +517,34 @@ impl ClusterNode {
             log_bytes = log.durable_position(),
             "cluster member started"
         );
-        Ok(Arc::new(ClusterNode {
-            control: Control::new(&groups, activity),
-            node_id: config.node_id,
-            tiering,
-            groups,
-            peers: config.peers.clone(),
-            log,
-            collector,
-            peers_asked,
-            served,
-            identity,
-            quorum_silence: config.election_timeout.1 * 2,
-            peer_metrics: {
-                let transport = Arc::clone(&transport);
-                Box::new(move || transport.peer_metrics())
-            },
-            data_dir: engine.data_dir.clone(),
-            hosting,
-            replication: config.replication,
-            own_zone: config.zone.clone(),
-            tasks,
+        Ok(Arc::new_cyclic(|me: &std::sync::Weak<ClusterNode>| {
+            if let Some(after) = config.dead_node_after {
+                tasks.push(tokio::spawn(healing::heal(me.clone(), after)));
+            }
+            ClusterNode {
+                control: Control::new(&groups, activity),
+                node_id: config.node_id,
+                tiering,
+                groups,
+                peers: config.peers.clone(),
+                log,
+                collector,
+                peers_asked,
+                served,
+                identity,
+                quorum_silence: config.election_timeout.1 * 2,
+                peer_metrics: {
+                    let transport = Arc::clone(&transport);
+                    Box::new(move || transport.peer_metrics())
+                },
+                data_dir: engine.data_dir.clone(),
+                hosting,
+                replication: config.replication,
+                own_zone: config.zone.clone(),
+                dead_node_after: config.dead_node_after,
+                healing: healing::HealingState::default(),
+                tasks,
+            }
         }))
     }
 

@@ -32,6 +32,13 @@ impl ClusterNode {
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
             disk: DiskSpace::of(&self.data_dir),
             memory: crate::upkeep::memory_of(&self.groups),
+            healing: Some(crate::metrics::HealingMetrics {
+                moves: self
+                    .healing
+                    .moves
+                    .load(std::sync::atomic::Ordering::Relaxed),
+                silent_members: self.silent_members().len() as u64,
+            }),
         }
     }
 
@@ -117,6 +124,12 @@ impl ClusterNode {
             "zone": self.own_zone,
             "zones": zones,
             "quorum_in_one_zone": exposed,
+            "healing": {
+                "dead_node_after_secs": self.dead_node_after.map(|d| d.as_secs()),
+                "paused": self.healing_paused(),
+                "silent": self.silent_members(),
+                "moves": self.healing.moves.load(std::sync::atomic::Ordering::Relaxed),
+            },
             "cluster_id": self.cluster_id(),
             "replication_factor": self.replication(),
             "retired_nodes": self.groups[crate::control::CONTROL_GROUP]

@@ -30,6 +30,16 @@ pub struct NodeMetrics {
     pub disk: Option<DiskSpace>,
     /// What the groups this node holds keep in memory, by owner.
     pub memory: MemoryUse,
+    /// Self-healing (clusters only): replicas this node moved off silent
+    /// members, and the members it finds silent now.
+    pub healing: Option<HealingMetrics>,
+}
+
+/// What a cluster member's self-healing did (see `cluster::healing`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HealingMetrics {
+    pub moves: u64,
+    pub silent_members: u64,
 }
 
 /// Bytes the groups keep in memory, by owner: estimates from the sizes and

@@ -5,7 +5,8 @@
 //! idempotent. `?retire=N` to group 0 removes a node that is in no group
 //! from the cluster for good, and `?replication=R` to group 0 sets the
 //! cluster's replication factor (`runnel ctl node rebalance`), and
-//! `?zone=N:ZONE` records node N's zone. `?lead=N`
+//! `?zone=N:ZONE` records node N's zone, `?healing=pause|resume` pauses
+//! or resumes self-healing. `?lead=N`
 //! moves the group's leadership to its voter N, `?lead-away=N` off N if
 //! N leads it (before N's replica moves away). Group 0 has five voters
 //! at most: `?learn=N&addr=HOST:PORT` makes N one of its learners, and
@@ -94,6 +95,10 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
                     zone: zone.to_string(),
                 });
             }
+            Some(("healing", "pause")) => changes.push(MemberChange::PauseHealing { paused: true }),
+            Some(("healing", "resume")) => {
+                changes.push(MemberChange::PauseHealing { paused: false })
+            }
             Some(("replication", value)) => {
                 let factor = strict_integer(value, "replication")?;
                 let factor = u32::try_from(factor).map_err(|_| {
@@ -120,7 +125,7 @@ fn usage() -> ApiError {
     ApiError::bad(
         "a membership change is one of ?add=NODE_ID&addr=HOST:PORT, \
          ?learn=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID, ?demote=NODE_ID, ?retire=NODE_ID, \
-         ?replication=FACTOR, ?zone=NODE_ID:ZONE, ?lead=NODE_ID, ?lead-away=NODE_ID or \
+         ?replication=FACTOR, ?zone=NODE_ID:ZONE, ?healing=pause|resume, ?lead=NODE_ID, ?lead-away=NODE_ID or \
          ?prefer=GROUP:NODE_ID,...",
     )
 }

@@ -316,6 +316,20 @@ fn render_engine(out: &mut Out, e: &NodeMetrics) {
         "Streams held (live and soft-deleted).",
         e.streams,
     );
+    if let Some(healing) = &e.healing {
+        out.one(
+            "runnel_healing_moves_total",
+            "counter",
+            "Replicas this node, as their group's leader, moved off members silent for longer than --dead-node-after.",
+            healing.moves,
+        );
+        out.one(
+            "runnel_healing_silent_members",
+            "gauge",
+            "Members of the groups this node leads that do not answer now.",
+            healing.silent_members,
+        );
+    }
     // One gauge family per figure, one sample per group (`None`: no
     // sample for that group).
     type PerGroup = fn(&GroupMetrics) -> Option<u64>;

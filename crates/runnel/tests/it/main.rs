@@ -17,6 +17,7 @@ mod edges;
 mod elastic;
 mod fan_out;
 mod forks;
+mod healing;
 mod history;
 mod hostile;
 mod http;
