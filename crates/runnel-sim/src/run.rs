@@ -30,16 +30,20 @@ pub enum Scenario {
     /// A node joins, leaderships and a replica move and a node leaves,
     /// while nodes are cut off and crash ([`scenarios::churn`]).
     Churn,
+    /// A founder dies for good and the cluster moves its replicas itself
+    /// ([`scenarios::healing`]).
+    Healing,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 6] = [
+    pub const ALL: [Scenario; 7] = [
         Scenario::Faults,
         Scenario::Membership,
         Scenario::Replicas,
         Scenario::Transfer,
         Scenario::LostDisk,
         Scenario::Churn,
+        Scenario::Healing,
     ];
 
     pub fn name(self) -> &'static str {
@@ -50,6 +54,7 @@ impl Scenario {
             Scenario::Transfer => "transfer",
             Scenario::LostDisk => "lost-disk",
             Scenario::Churn => "churn",
+            Scenario::Healing => "healing",
         }
     }
 }
@@ -170,6 +175,7 @@ pub fn run_seed(scenario: Scenario, seed: u64) -> Outcome {
         Scenario::Transfer => run_simulated(seed, scenarios::transfer::run(seed)),
         Scenario::LostDisk => run_simulated(seed, scenarios::lost_disk::run(seed)),
         Scenario::Churn => run_simulated(seed, scenarios::churn::run(seed)),
+        Scenario::Healing => run_simulated(seed, scenarios::healing::run(seed)),
     };
     if let Some(report) = &mut outcome.report {
         let acked = outcome.trace.iter().filter(|e| e.contains(" ack ")).count();

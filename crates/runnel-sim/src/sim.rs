@@ -73,6 +73,9 @@ pub struct Sim {
     faults: AtomicUsize,
     /// Membership changes (and leadership transfers) made.
     changes: AtomicUsize,
+    /// The nodes' `--dead-node-after` (self-healing), for nodes started
+    /// from now on; off unless a scenario sets it.
+    pub dead_node_after: Option<Duration>,
 }
 
 impl Sim {
@@ -93,6 +96,7 @@ impl Sim {
             disk_seed: seed.wrapping_mul(17),
             faults: AtomicUsize::new(0),
             changes: AtomicUsize::new(0),
+            dead_node_after: None,
         }
     }
 
@@ -119,9 +123,9 @@ impl Sim {
             .collect();
         let mut config = ClusterConfig::new(engine, i as u64 + 1, peers);
         config.manual_commit = true;
-        // No scenario covers self-healing yet: members stay where the
+        // Off but in the healing scenario: members stay where the other
         // scenarios put them.
-        config.dead_node_after = None;
+        config.dead_node_after = self.dead_node_after;
         config
     }
 

@@ -53,6 +53,11 @@ fn replicas_move_between_nodes_under_load() {
 }
 
 #[test]
+fn a_dead_nodes_replicas_move_to_a_live_member_by_themselves() {
+    every_seed(Scenario::Healing);
+}
+
+#[test]
 fn leadership_moves_under_writes_without_waiting_out_a_lease() {
     every_seed(Scenario::Transfer);
 }

@@ -25,7 +25,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 use std::sync::Weak;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// The runtime's clock, which simulations pause and advance.
+use tokio::time::Instant;
 
 use runnel_core::{Applied, Command};
 

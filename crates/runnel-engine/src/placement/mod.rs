@@ -220,6 +220,17 @@ pub fn target(
         *load.get_mut(&idle).expect("member") += 1;
     }
     balance_leaders(&mut groups, &members);
+    for (g, replicas) in groups.iter().enumerate() {
+        let distinct: BTreeSet<&NodeId> = replicas.iter().collect();
+        assert!(
+            replicas.len() == want && distinct.len() == want,
+            "group {g} placed on {replicas:?}, not {want} distinct members"
+        );
+        assert!(
+            replicas.iter().all(|n| members.contains(n)),
+            "group {g} placed on {replicas:?}, beyond the members"
+        );
+    }
     Placement { groups }
 }
 

@@ -9,9 +9,11 @@
 //! | [`transfer`] | each group's leadership moves again and again, never waiting out a lease |
 //! | [`lost_disk`] | a node loses its disk while a write is on it and its leader alone |
 //! | [`churn`] | a node joins, leaderships and a replica move, a node leaves, all while nodes are cut off and crash |
+//! | [`healing`] | a founder dies for good; its groups' leaders move its replicas to a spare member by themselves |
 
 pub mod churn;
 pub mod faults;
+pub mod healing;
 pub mod lost_disk;
 pub mod membership;
 pub mod replicas;
