@@ -684,4 +684,4 @@ impl Entry {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

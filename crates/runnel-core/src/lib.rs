@@ -33,6 +33,9 @@ pub mod subscription;
 pub mod tier;
 pub mod zones;
 
+#[cfg(test)]
+mod golden;
+
 pub use codec::CodecError;
 pub use command::{
     AppendToStream, Body, Command, CreateStream, Entry, ForkFrom, Producer, PutSnapshot, Retention,

@@ -1,7 +1,8 @@
 use super::*;
 use proptest::prelude::*;
 
-fn sample_entries() -> Vec<Entry> {
+/// One entry of every command (the golden fixtures are these, encoded).
+pub(crate) fn sample_entries() -> Vec<Entry> {
     vec![
         Entry {
             now_ms: 1_700_000_000_000,
@@ -134,6 +135,16 @@ fn sample_entries() -> Vec<Entry> {
                 leaders: vec![(1, 3), (2, 1), (4095, u64::MAX)],
                 initial: false,
             },
+        },
+        Entry {
+            now_ms: 18,
+            command: Command::SetZones {
+                zones: vec![(1, "eu-1a".into()), (2, "eu-1b".into())],
+            },
+        },
+        Entry {
+            now_ms: 19,
+            command: Command::PauseHealing { paused: true },
         },
     ]
 }

@@ -16,6 +16,7 @@ mod crash;
 mod edges;
 mod elastic;
 mod fan_out;
+mod fixtures;
 mod forks;
 mod healing;
 mod history;
