@@ -33,10 +33,13 @@ pub enum Scenario {
     /// A founder dies for good and the cluster moves its replicas itself
     /// ([`scenarios::healing`]).
     Healing,
+    /// Six nodes in three zones lose a whole zone
+    /// ([`scenarios::zone_loss`]).
+    ZoneLoss,
 }
 
 impl Scenario {
-    pub const ALL: [Scenario; 7] = [
+    pub const ALL: [Scenario; 8] = [
         Scenario::Faults,
         Scenario::Membership,
         Scenario::Replicas,
@@ -44,6 +47,7 @@ impl Scenario {
         Scenario::LostDisk,
         Scenario::Churn,
         Scenario::Healing,
+        Scenario::ZoneLoss,
     ];
 
     pub fn name(self) -> &'static str {
@@ -55,6 +59,7 @@ impl Scenario {
             Scenario::LostDisk => "lost-disk",
             Scenario::Churn => "churn",
             Scenario::Healing => "healing",
+            Scenario::ZoneLoss => "zone-loss",
         }
     }
 }
@@ -176,6 +181,7 @@ pub fn run_seed(scenario: Scenario, seed: u64) -> Outcome {
         Scenario::LostDisk => run_simulated(seed, scenarios::lost_disk::run(seed)),
         Scenario::Churn => run_simulated(seed, scenarios::churn::run(seed)),
         Scenario::Healing => run_simulated(seed, scenarios::healing::run(seed)),
+        Scenario::ZoneLoss => run_simulated(seed, scenarios::zone_loss::run(seed)),
     };
     if let Some(report) = &mut outcome.report {
         let acked = outcome.trace.iter().filter(|e| e.contains(" ack ")).count();

@@ -76,6 +76,11 @@ pub struct Sim {
     /// The nodes' `--dead-node-after` (self-healing), for nodes started
     /// from now on; off unless a scenario sets it.
     pub dead_node_after: Option<Duration>,
+    /// Nodes that form the cluster (ids `1..=founders`).
+    founders: u64,
+    /// The founders' zones, as their `--peers` would name them (none
+    /// unless a scenario places the cluster in zones).
+    zones: runnel_engine::placement::Zones,
 }
 
 impl Sim {
@@ -97,7 +102,22 @@ impl Sim {
             faults: AtomicUsize::new(0),
             changes: AtomicUsize::new(0),
             dead_node_after: None,
+            founders: NODES,
+            zones: Default::default(),
         }
+    }
+
+    /// A cluster of one founder per entry of `zones`, node `i` in zone
+    /// `zones[i]`; none started yet.
+    pub fn in_zones(seed: u64, zones: &[&str]) -> Sim {
+        let mut sim = Sim::with_slots(seed, zones.len());
+        sim.founders = zones.len() as u64;
+        sim.zones = zones
+            .iter()
+            .enumerate()
+            .map(|(i, zone)| (i as u64 + 1, zone.to_string()))
+            .collect();
+        sim
     }
 
     /// Node `id`'s HTTP address (its Raft port is the next one).
@@ -116,8 +136,8 @@ impl Sim {
         // wrote survives in the page cache whether synced or not, so a
         // real fsync would only cost wall-clock time (most of a run's).
         engine.sync = runnel_engine::SyncMode::Never;
-        let known = NODES.max(i as u64 + 1);
-        let peers: BTreeMap<u64, String> = (1..=NODES)
+        let known = self.founders.max(i as u64 + 1);
+        let peers: BTreeMap<u64, String> = (1..=self.founders)
             .chain(std::iter::once(known))
             .map(|id| (id, Sim::http_addr(id)))
             .collect();
@@ -126,6 +146,8 @@ impl Sim {
         // Off but in the healing scenario: members stay where the other
         // scenarios put them.
         config.dead_node_after = self.dead_node_after;
+        config.zones = self.zones.clone();
+        config.zone = self.zones.get(&(i as u64 + 1)).cloned();
         config
     }
 

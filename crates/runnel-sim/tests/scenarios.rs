@@ -58,6 +58,11 @@ fn a_dead_nodes_replicas_move_to_a_live_member_by_themselves() {
 }
 
 #[test]
+fn a_whole_zone_lost_loses_no_group_and_no_acknowledged_append() {
+    every_seed(Scenario::ZoneLoss);
+}
+
+#[test]
 fn leadership_moves_under_writes_without_waiting_out_a_lease() {
     every_seed(Scenario::Transfer);
 }

@@ -10,6 +10,7 @@
 //! | [`lost_disk`] | a node loses its disk while a write is on it and its leader alone |
 //! | [`churn`] | a node joins, leaderships and a replica move, a node leaves, all while nodes are cut off and crash |
 //! | [`healing`] | a founder dies for good; its groups' leaders move its replicas to a spare member by themselves |
+//! | [`zone_loss`] | six founders in three zones; both nodes of a zone die at once |
 
 pub mod churn;
 pub mod faults;
@@ -18,3 +19,4 @@ pub mod lost_disk;
 pub mod membership;
 pub mod replicas;
 pub mod transfer;
+pub mod zone_loss;
