@@ -37,4 +37,5 @@ mod subscriptions;
 mod tier;
 mod tier_cluster;
 mod tls;
+mod upgrade;
 mod zones;

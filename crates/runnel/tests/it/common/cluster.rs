@@ -53,13 +53,27 @@ impl Cluster {
         extra: &[&str],
         admin_token: Option<&str>,
     ) -> Cluster {
-        Cluster::start_placed(dir, nodes, extra, admin_token, &[]).await
+        Cluster::start_placed(dir, nodes, extra, admin_token, &[], &[]).await
+    }
+
+    /// [`Cluster::start`] with every node started with `env`.
+    pub async fn start_with_env(
+        dir: &Path,
+        nodes: usize,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Cluster::start_placed(dir, nodes, extra, None, &[], &env).await
     }
 
     /// [`Cluster::start`] with node `i` in zone `zones[i]` (named in
     /// every node's `--peers`).
     pub async fn start_in_zones(dir: &Path, zones: &[&str], extra: &[&str]) -> Cluster {
-        Cluster::start_placed(dir, zones.len(), extra, None, zones).await
+        Cluster::start_placed(dir, zones.len(), extra, None, zones, &[]).await
     }
 
     async fn start_placed(
@@ -68,6 +82,7 @@ impl Cluster {
         extra: &[&str],
         admin_token: Option<&str>,
         zones: &[&str],
+        env: &[(String, String)],
     ) -> Cluster {
         // Each node's HTTP port and, next to it, its Raft port.
         let ports: Vec<u16> = (0..nodes).map(|_| super::reserve_ports(2)).collect();
@@ -88,7 +103,7 @@ impl Cluster {
             join: vec![None; nodes],
             extra: extra.iter().map(|s| s.to_string()).collect(),
             children: (0..nodes).map(|_| None).collect(),
-            env: vec![Vec::new(); nodes],
+            env: vec![env.to_vec(); nodes],
             admin_token: admin_token.map(str::to_string),
         };
         for i in 0..nodes {
@@ -353,6 +368,16 @@ impl Cluster {
     pub fn kill(&mut self, i: usize) {
         if let Some(mut child) = self.children[i].take() {
             child.kill().expect("kill");
+            child.wait().expect("reap");
+        }
+    }
+
+    /// Stops node `i` as an operator would (SIGTERM), waiting for it to
+    /// exit.
+    pub fn stop(&mut self, i: usize) {
+        if let Some(mut child) = self.children[i].take() {
+            // SAFETY: signalling a child process this struct owns.
+            unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
             child.wait().expect("reap");
         }
     }

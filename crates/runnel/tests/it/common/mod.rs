@@ -12,12 +12,16 @@ use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-/// The server binary to run with `env`: `runnel` itself, or, when `env`
+/// The server binary to run with `env`: the one `RUNNEL_TEST_BINARY`
+/// names (an older build, for upgrade tests), `runnel` itself, or, when `env`
 /// arms a fault hook (`RUNNEL_FAILPOINT`, `RUNNEL_UNSAFE_STALE_READS`), the
 /// test-only `runnel-faulty` (crates/runnel-faulty), the same server with
 /// its hooks armed: the shipped binary cannot arm them. `cargo test
 /// --workspace` builds it beside `runnel`.
-pub fn server_binary<K: AsRef<str>, V>(env: &[(K, V)]) -> std::path::PathBuf {
+pub fn server_binary<K: AsRef<str>, V: AsRef<str>>(env: &[(K, V)]) -> std::path::PathBuf {
+    if let Some((_, path)) = env.iter().find(|(k, _)| k.as_ref() == "RUNNEL_TEST_BINARY") {
+        return std::path::PathBuf::from(path.as_ref());
+    }
     let runnel = std::path::PathBuf::from(env!("CARGO_BIN_EXE_runnel"));
     let armed = env
         .iter()
