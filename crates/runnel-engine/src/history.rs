@@ -61,8 +61,16 @@ pub(crate) async fn upkeep<G: MaintainedGroup + ?Sized>(
         }
         if released.elapsed() >= RELEASE_MEMORY {
             released = tokio::time::Instant::now();
+            // The groups share one log: it is released once.
+            let mut logs: Vec<Arc<runnel_log::Log>> = Vec::new();
             for group in &groups {
-                group.view().log.release_mapped_pages();
+                let log = &group.view().log;
+                if !logs.iter().any(|l| Arc::ptr_eq(l, log)) {
+                    logs.push(Arc::clone(log));
+                }
+            }
+            for log in logs {
+                log.release_mapped_pages();
             }
         }
         for group in groups.iter().filter(|g| g.leads()) {
