@@ -15,6 +15,8 @@ use runnel_engine::cluster::{ClusterConfig, ClusterNode};
 use runnel_engine::EngineConfig;
 
 use crate::net::{SimNet, SimTransport};
+use crate::run::{Outcome, Scenario};
+use runnel_history::check::Report;
 
 /// Nodes that form the cluster.
 pub const NODES: u64 = 3;
@@ -186,6 +188,29 @@ impl Sim {
         }));
         self.nodes[i] = Some(node);
         self.note(format!("{} start n{}", at(), i + 1));
+    }
+
+    /// Ends the run: the outcome of `scenario` on `seed` (the checker's
+    /// `report`, the scenario's `note`), with the trace and the faults and
+    /// changes counted; every node stopped.
+    pub async fn conclude(
+        mut self,
+        scenario: Scenario,
+        seed: u64,
+        report: Option<Report>,
+        note: Option<String>,
+    ) -> Outcome {
+        let outcome = Outcome {
+            scenario,
+            seed,
+            trace: self.trace(),
+            report,
+            faults: self.faults(),
+            changes: self.changes(),
+            note,
+        };
+        self.stop_all().await;
+        outcome
     }
 
     /// Kills node `i` (a fault): what its log had not committed is lost.

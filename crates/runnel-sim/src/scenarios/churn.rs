@@ -99,17 +99,8 @@ pub async fn run(seed: u64) -> Outcome {
     let remaining: BTreeSet<NodeId> = (2..=joiner).collect();
     assert_voters(&sim, seed, &remaining);
     let report = check(&sim, seed, &history).await;
-    let outcome = Outcome {
-        scenario: Scenario::Churn,
-        seed,
-        trace: sim.trace(),
-        report: Some(report),
-        faults: sim.faults(),
-        changes: sim.changes(),
-        note: None,
-    };
-    sim.stop_all().await;
-    outcome
+    sim.conclude(Scenario::Churn, seed, Some(report), None)
+        .await
 }
 
 /// The clients follow the running nodes.

@@ -105,15 +105,6 @@ pub async fn run(seed: u64) -> Outcome {
     let history = workload.finish(&sim).await;
     converge(&sim, seed).await;
     let report = check(&sim, seed, &history).await;
-    let outcome = Outcome {
-        scenario: Scenario::Faults,
-        seed,
-        trace: sim.trace(),
-        report: Some(report),
-        faults: sim.faults(),
-        changes: sim.changes(),
-        note: None,
-    };
-    sim.stop_all().await;
-    outcome
+    sim.conclude(Scenario::Faults, seed, Some(report), None)
+        .await
 }

@@ -80,17 +80,8 @@ pub async fn run(seed: u64) -> Outcome {
     converge(&sim, seed).await;
     super::membership::assert_voters(&sim, seed, &live);
     let report = check(&sim, seed, &history).await;
-    let outcome = Outcome {
-        scenario: Scenario::Healing,
-        seed,
-        trace: sim.trace(),
-        report: Some(report),
-        faults: sim.faults(),
-        changes: sim.changes(),
-        note: None,
-    };
-    sim.stop_all().await;
-    outcome
+    sim.conclude(Scenario::Healing, seed, Some(report), None)
+        .await
 }
 
 /// Waits (60 simulated seconds at most) until every running node that

@@ -151,21 +151,17 @@ pub async fn run(seed: u64) -> Outcome {
             i + 1
         );
     }
-    let outcome = Outcome {
-        scenario: Scenario::LostDisk,
+    sim.conclude(
+        Scenario::LostDisk,
         seed,
-        trace: sim.trace(),
-        report: None,
-        faults: sim.faults(),
-        changes: sim.changes(),
-        note: Some(if elected {
+        None,
+        Some(if elected {
             CAUGHT_UP.into()
         } else {
             HELD.into()
         }),
-    };
-    sim.stop_all().await;
-    outcome
+    )
+    .await
 }
 
 /// The notes of a run: W held its vote while L was down, or caught up

@@ -106,17 +106,8 @@ pub async fn run(seed: u64) -> Outcome {
     converge(&sim, seed).await;
     assert_voters(&sim, seed, &remaining);
     let report = check(&sim, seed, &history).await;
-    let outcome = Outcome {
-        scenario: Scenario::Membership,
-        seed,
-        trace: sim.trace(),
-        report: Some(report),
-        faults: sim.faults(),
-        changes: sim.changes(),
-        note: None,
-    };
-    sim.stop_all().await;
-    outcome
+    sim.conclude(Scenario::Membership, seed, Some(report), None)
+        .await
 }
 
 /// Asserts that every running node sees `expected` as every group's

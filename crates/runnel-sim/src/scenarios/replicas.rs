@@ -85,17 +85,8 @@ pub async fn run(seed: u64) -> Outcome {
             .unwrap_or_else(|e| panic!("seed {seed}: node {}: checkpoint: {e}", node.node_id()));
     }
     let report = check(&sim, seed, &history).await;
-    let outcome = Outcome {
-        scenario: Scenario::Replicas,
-        seed,
-        trace: sim.trace(),
-        report: Some(report),
-        faults: sim.faults(),
-        changes: sim.changes(),
-        note: None,
-    };
-    sim.stop_all().await;
-    outcome
+    sim.conclude(Scenario::Replicas, seed, Some(report), None)
+        .await
 }
 
 /// One replica move.

@@ -112,20 +112,16 @@ pub async fn run(seed: u64) -> Outcome {
         }
         slowest_of_all = slowest_of_all.max(slowest);
     }
-    let outcome = Outcome {
-        scenario: Scenario::Transfer,
+    sim.conclude(
+        Scenario::Transfer,
         seed,
-        trace: sim.trace(),
-        report: Some(report),
-        faults: sim.faults(),
-        changes: sim.changes(),
-        note: Some(format!(
+        Some(report),
+        Some(format!(
             "the slowest append across a calm transfer took {:.1} ms",
             slowest_of_all as f64 / 1000.0
         )),
-    };
-    sim.stop_all().await;
-    outcome
+    )
+    .await
 }
 
 /// Moves group `g`'s leadership to a voter other than its leader, chosen

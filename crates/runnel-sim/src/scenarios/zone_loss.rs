@@ -51,17 +51,8 @@ pub async fn run(seed: u64) -> Outcome {
     converge(&sim, seed).await;
     assert_every_group_led(&sim, seed);
     let report = check(&sim, seed, &history).await;
-    let outcome = Outcome {
-        scenario: Scenario::ZoneLoss,
-        seed,
-        trace: sim.trace(),
-        report: Some(report),
-        faults: sim.faults(),
-        changes: sim.changes(),
-        note: None,
-    };
-    sim.stop_all().await;
-    outcome
+    sim.conclude(Scenario::ZoneLoss, seed, Some(report), None)
+        .await
 }
 
 /// Every group's voters, as each node holding it sees them, are in three
