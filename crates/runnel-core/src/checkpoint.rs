@@ -27,9 +27,11 @@ use std::sync::Arc;
 /// cluster id, version 6 the retired nodes, version 7 the replication
 /// factor, version 8 the preferred leaders ([`crate::cluster_meta`]),
 /// version 9 the nodes' zones ([`crate::zones`]), version 10 whether
-/// self-healing is paused ([`crate::cluster_meta`]).
-/// Earlier versions still load.
-const CHECKPOINT_VERSION: u8 = 10;
+/// self-healing is paused ([`crate::cluster_meta`]), version 11 the
+/// cluster a group was restored from ([`crate::restore`]).
+/// Earlier versions still load, and a state that version 11 adds nothing
+/// to is written as version 10, as release 0.1.0 wrote it.
+const CHECKPOINT_VERSION: u8 = 11;
 
 /// A group's state taken for a checkpoint under its lock, encoded after.
 ///
@@ -89,7 +91,12 @@ impl StreamsState {
     pub fn capture_checkpoint(&self) -> CheckpointCapture {
         let mut w = Writer::wrap(Vec::new());
         let mut cuts = Vec::with_capacity(self.streams.len());
-        w.u8(CHECKPOINT_VERSION);
+        let version = if self.restored_from.is_some() {
+            CHECKPOINT_VERSION
+        } else {
+            10
+        };
+        w.u8(version);
         w.u64(self.next_id);
         let mut ids: Vec<_> = self.streams.keys().copied().collect();
         ids.sort_unstable();
@@ -126,6 +133,9 @@ impl StreamsState {
             w.str(zone);
         }
         w.bool(self.healing_paused);
+        if let Some(source) = &self.restored_from {
+            w.str(source);
+        }
         CheckpointCapture {
             bytes: w.finish(),
             cuts,
@@ -212,6 +222,9 @@ impl StreamsState {
         }
         if version >= 10 {
             state.healing_paused = r.bool()?;
+        }
+        if version >= 11 {
+            state.restored_from = Some(r.string()?);
         }
         r.expect_end()?;
         Ok(state)

@@ -49,6 +49,11 @@ impl Writer {
         self.u32(v.len() as u32);
         self.buf.extend_from_slice(v.as_bytes());
     }
+    /// Bytes of any length: a `u64` length, then the bytes.
+    pub fn blob(&mut self, v: &[u8]) {
+        self.u64(v.len() as u64);
+        self.buf.extend_from_slice(v);
+    }
     pub fn opt_str(&mut self, v: Option<&str>) {
         self.bool(v.is_some());
         if let Some(v) = v {
@@ -132,6 +137,11 @@ impl<'a> Reader<'a> {
         let len = self.u32()? as usize;
         let bytes = self.take(len)?;
         String::from_utf8(bytes.to_vec()).map_err(|_| CodecError::BadUtf8)
+    }
+    /// Bytes written by [`Writer::blob`].
+    pub fn blob(&mut self) -> Result<Vec<u8>, CodecError> {
+        let len = usize::try_from(self.u64()?).map_err(|_| CodecError::Invalid("blob length"))?;
+        Ok(self.take(len)?.to_vec())
     }
     pub fn opt_string(&mut self) -> Result<Option<String>, CodecError> {
         if self.bool()? {

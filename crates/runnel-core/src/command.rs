@@ -188,6 +188,14 @@ pub enum Command {
     PauseHealing {
         paused: bool,
     },
+    /// The first entry of a group of a cluster restored from its bucket
+    /// (see [`crate::restore`]): the group's state as the old cluster's
+    /// `source` last backed it up (`None`: it backed up none), reduced to
+    /// what the object store holds when applied.
+    RestoreGroup {
+        source: String,
+        checkpoint: Option<Vec<u8>>,
+    },
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -240,7 +248,8 @@ impl Command {
             | Command::SetReplication { .. }
             | Command::PreferLeaders { .. }
             | Command::SetZones { .. }
-            | Command::PauseHealing { .. } => (None, None),
+            | Command::PauseHealing { .. }
+            | Command::RestoreGroup { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -312,6 +321,7 @@ const TAG_SET_REPLICATION: u8 = 17;
 const TAG_PREFER_LEADERS: u8 = 18;
 const TAG_SET_ZONES: u8 = 19;
 const TAG_PAUSE_HEALING: u8 = 20;
+const TAG_RESTORE_GROUP: u8 = 21;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -485,6 +495,14 @@ impl Entry {
             Command::PauseHealing { paused } => {
                 w.u8(TAG_PAUSE_HEALING);
                 w.bool(*paused);
+            }
+            Command::RestoreGroup { source, checkpoint } => {
+                w.u8(TAG_RESTORE_GROUP);
+                w.str(source);
+                w.bool(checkpoint.is_some());
+                if let Some(bytes) = checkpoint {
+                    w.blob(bytes);
+                }
             }
         }
         w.raw(data);
@@ -671,6 +689,19 @@ impl Entry {
                 Command::SetZones { zones }
             }
             TAG_PAUSE_HEALING => Command::PauseHealing { paused: r.bool()? },
+            TAG_RESTORE_GROUP => {
+                let source = r.string()?;
+                let checkpoint = if r.bool()? {
+                    let bytes = r.blob()?;
+                    if bytes.len() > crate::restore::MAX_CHECKPOINT {
+                        return Err(CodecError::Invalid("restored checkpoint size"));
+                    }
+                    Some(bytes)
+                } else {
+                    None
+                };
+                Command::RestoreGroup { source, checkpoint }
+            }
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {

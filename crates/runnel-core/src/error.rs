@@ -91,6 +91,13 @@ pub enum CoreError {
     /// More nodes than [`crate::zones::MAX_NODES`] in one command.
     #[error("one command records the zones of at most {max} nodes, not {count}", max = crate::zones::MAX_NODES)]
     TooManyZones { count: usize },
+    /// A restore entry for a group that already holds data (see
+    /// [`crate::restore`]).
+    #[error("this group already holds {streams} streams or subscriptions: a restore goes only into an empty group")]
+    RestoreOverData { streams: usize },
+    /// A restore entry whose backed-up checkpoint does not decode.
+    #[error("the backed-up checkpoint does not decode: {0}")]
+    RestoreDamaged(crate::codec::CodecError),
     /// A subscription command refused by the protocol's rules.
     #[error(transparent)]
     Subscription(#[from] crate::subscription::SubError),

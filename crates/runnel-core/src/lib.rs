@@ -26,6 +26,7 @@ pub mod listing;
 pub mod memory;
 pub mod offset;
 pub mod read;
+pub mod restore;
 pub mod state;
 pub mod state_protocol;
 pub mod stream;

@@ -103,6 +103,15 @@ pub enum Applied {
         paused: bool,
         changed: bool,
     },
+    /// The group restored from cluster `source`'s backup (`newly`: by
+    /// this entry) with `streams` streams; `lost_bytes`: the untiered
+    /// bytes the backup named but the object store does not hold.
+    Restored {
+        source: String,
+        streams: usize,
+        lost_bytes: u64,
+        newly: bool,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -245,6 +254,8 @@ pub struct StreamsState {
     /// Whether the cluster's self-healing is paused, in the control group
     /// (see [`crate::cluster_meta`]).
     pub(crate) healing_paused: bool,
+    /// The cluster this group was restored from (see [`crate::restore`]).
+    pub(crate) restored_from: Option<String>,
 }
 
 impl StreamsState {
@@ -326,6 +337,9 @@ impl StreamsState {
             Command::PreferLeaders { leaders, initial } => self.prefer_leaders(leaders, *initial),
             Command::SetZones { zones } => self.set_zones(zones),
             Command::PauseHealing { paused } => Ok(self.pause_healing(*paused)),
+            Command::RestoreGroup { source, checkpoint } => {
+                self.restore_group(source, checkpoint.as_deref())
+            }
         }
     }
 
@@ -448,6 +462,10 @@ impl StreamsState {
         }
         if self.healing_paused {
             feed(b"healing paused");
+        }
+        if let Some(source) = &self.restored_from {
+            feed(b"restored from ");
+            feed(source.as_bytes());
         }
         hash
     }

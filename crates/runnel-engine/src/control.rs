@@ -4,6 +4,7 @@
 //! the HTTP layer for them; delivery itself (who is woken, and how) is the
 //! HTTP layer's, run by the control group's leader.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use runnel_core::subscription::{SubCommand, SubOutcome, Subscriptions};
@@ -22,6 +23,9 @@ pub(crate) const CONTROL_GROUP: usize = 0;
 pub struct Control {
     groups: Vec<Arc<dyn MaintainedGroup>>,
     activity: Arc<Activity>,
+    /// Set while a cluster member restores from its bucket: no
+    /// subscription is written before the control group is restored.
+    restoring: Arc<AtomicBool>,
 }
 
 impl Control {
@@ -32,12 +36,27 @@ impl Control {
                 .map(|g| Arc::clone(g) as Arc<dyn MaintainedGroup>)
                 .collect(),
             activity,
+            restoring: Arc::new(AtomicBool::new(false)),
         }
+    }
+
+    /// Refuses subscription writes while `restoring` is set and the
+    /// control group is not restored yet.
+    pub(crate) fn held_while(mut self, restoring: Arc<AtomicBool>) -> Control {
+        self.restoring = restoring;
+        self
     }
 
     /// Proposes a subscription command to the control group.
     pub async fn propose(&self, command: SubCommand) -> Result<SubOutcome, EngineError> {
         let group = &self.groups[CONTROL_GROUP];
+        if self.restoring.load(Ordering::Relaxed)
+            && group.view().with_state(|s| s.restored_from().is_none())
+        {
+            return Err(EngineError::Restoring {
+                group: CONTROL_GROUP as u32,
+            });
+        }
         match group
             .propose(Command::Subscription(Box::new(command)))
             .await?

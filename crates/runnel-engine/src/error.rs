@@ -40,6 +40,10 @@ pub enum EngineError {
     CrossGroupFork,
     #[error("the engine is shutting down")]
     ShuttingDown,
+    /// A write to a group of a cluster being restored from its bucket
+    /// before the group is restored.
+    #[error("group {group} is being restored from the object store; retry shortly")]
+    Restoring { group: u32 },
     /// This node does not lead the stream's group (leadership moved while
     /// the request was on its way); the client should retry. The command
     /// is not in the log, nor will it be: openraft answers this when it

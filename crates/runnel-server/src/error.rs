@@ -238,7 +238,7 @@ fn engine_status(e: EngineError, headers: &mut HeaderMap) -> (StatusCode, String
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
             StatusCode::SERVICE_UNAVAILABLE
         }
-        EngineError::Overloaded | EngineError::Tier(_) => {
+        EngineError::Overloaded | EngineError::Tier(_) | EngineError::Restoring { .. } => {
             headers.insert(http::header::RETRY_AFTER, HeaderValue::from_static("1"));
             StatusCode::SERVICE_UNAVAILABLE
         }
@@ -353,10 +353,11 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         | CoreError::TooManyZones { .. } => StatusCode::BAD_REQUEST,
         CoreError::ZoneChanged { .. } => StatusCode::CONFLICT,
         // Internal: the engine resolves these before proposing, and
-        // tiering commands never come from a client.
-        CoreError::SubOffsetInTieredHistory | CoreError::TierRefused { .. } => {
-            StatusCode::INTERNAL_SERVER_ERROR
-        }
+        // tiering and restore commands never come from a client.
+        CoreError::SubOffsetInTieredHistory
+        | CoreError::TierRefused { .. }
+        | CoreError::RestoreOverData { .. }
+        | CoreError::RestoreDamaged(_) => StatusCode::INTERNAL_SERVER_ERROR,
         // Answered as JSON before this (see `subscription_error`).
         CoreError::Subscription(_) => StatusCode::CONFLICT,
     }

@@ -8,6 +8,7 @@
 //! chunks/g{group:04}/{stream:016x}/{start:020}-{end:020}-t{term}-n{node}-{nonce:016x}.rnc
 //! snapshots/g{group:04}/{stream:016x}/{offset:020}-t{term}-n{node}-{nonce:016x}.rns
 //! checkpoints/{sequence:020}-n{node}-{nonce:016x}.rnk
+//! backups/c-{cluster}/g{group:04}/{sequence:020}-n{node}-{nonce:016x}.rnk
 //! ```
 
 use object_store::path::Path;
@@ -148,6 +149,71 @@ impl CheckpointId {
 
 pub const CHECKPOINT_AREA: &str = "checkpoints";
 
+/// Where clusters back up their groups' states (single nodes back up
+/// their whole checkpoint under [`CHECKPOINT_AREA`]).
+pub const GROUP_BACKUP_AREA: &str = "backups";
+
+/// A backup of one group's state by a member of cluster `cluster`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct GroupBackupId {
+    pub cluster: String,
+    pub group: u32,
+    pub sequence: u64,
+    pub node: u64,
+    pub nonce: u64,
+}
+
+impl GroupBackupId {
+    pub fn path(&self) -> Path {
+        let GroupBackupId {
+            group,
+            sequence,
+            node,
+            nonce,
+            ..
+        } = self;
+        Path::from(format!(
+            "{}/g{group:04}/{sequence:020}-n{node}-{nonce:016x}.rnk",
+            cluster_backups(&self.cluster)
+        ))
+    }
+
+    pub fn parse(path: &Path) -> Option<GroupBackupId> {
+        let parts: Vec<&str> = path.as_ref().split('/').collect();
+        let [area, cluster, group, file] = parts.as_slice() else {
+            return None;
+        };
+        if *area != GROUP_BACKUP_AREA {
+            return None;
+        }
+        let cluster = cluster.strip_prefix("c-")?;
+        let group = group.strip_prefix('g')?;
+        if group.len() != 4 {
+            return None;
+        }
+        let file = file.strip_suffix(".rnk")?;
+        let (sequence, rest) = split_decimal20(file)?;
+        let (node, nonce) = rest.strip_prefix('n')?.split_once('-')?;
+        Some(GroupBackupId {
+            cluster: cluster.to_string(),
+            group: group.parse().ok()?,
+            sequence,
+            node: node.parse().ok()?,
+            nonce: parse_hex16(nonce)?,
+        })
+    }
+}
+
+/// The folder of every group backup of cluster `cluster`.
+pub fn cluster_backups(cluster: &str) -> String {
+    format!("{GROUP_BACKUP_AREA}/c-{cluster}")
+}
+
+/// The folder of group `group`'s backups by cluster `cluster`.
+pub fn group_backups(cluster: &str, group: u32) -> Path {
+    Path::from(format!("{}/g{group:04}", cluster_backups(cluster)))
+}
+
 /// `{20 digits}-rest` -> (number, rest).
 fn split_decimal20(text: &str) -> Option<(u64, &str)> {
     let (digits, rest) = text.split_at_checked(20)?;
@@ -242,5 +308,33 @@ mod tests {
         };
         assert_eq!(CheckpointId::parse(&id.path()), Some(id));
         assert_eq!(CheckpointId::parse(&Path::from("checkpoints/9.rnk")), None);
+    }
+
+    #[test]
+    fn group_backup_names_round_trip() {
+        let id = GroupBackupId {
+            cluster: "prod-eu.1".into(),
+            group: 3,
+            sequence: 1_700_000_000_000,
+            node: 2,
+            nonce: 0xabc,
+        };
+        assert_eq!(
+            id.path().as_ref(),
+            "backups/c-prod-eu.1/g0003/00000001700000000000-n2-0000000000000abc.rnk"
+        );
+        assert_eq!(GroupBackupId::parse(&id.path()), Some(id.clone()));
+        assert!(id
+            .path()
+            .as_ref()
+            .starts_with(group_backups("prod-eu.1", 3).as_ref()));
+        for text in [
+            "backups/prod/g0003/00000001700000000000-n2-0000000000000abc.rnk",
+            "backups/c-prod/g3/00000001700000000000-n2-0000000000000abc.rnk",
+            "checkpoints/c-prod/g0003/00000001700000000000-n2-0000000000000abc.rnk",
+            "backups/c-prod/g0003/x.rnk",
+        ] {
+            assert_eq!(GroupBackupId::parse(&Path::from(text)), None, "{text}");
+        }
     }
 }

@@ -283,12 +283,19 @@ pub struct ServeArgs {
     #[arg(long = "webhook-allow-host")]
     #[serde(default)]
     pub webhook_allow_hosts: Vec<String>,
-    /// Start an empty data directory from the newest checkpoint backed up
-    /// in the object store (single node). Without it, an empty data
-    /// directory is restored on its own when the store holds a backup.
+    /// Start an empty data directory from the object store's backups.
+    /// A single node takes its newest checkpoint (without the flag, an
+    /// empty data directory is restored on its own when the store holds
+    /// one); with --peers, the fresh nodes form a new cluster with every
+    /// stream, subscription and setting of the old one's groups.
     #[arg(long)]
     #[serde(skip)]
     pub restore: bool,
+    /// With --restore in a cluster: the id of the old cluster to restore
+    /// [default: the one whose backup is newest].
+    #[arg(long, value_name = "CLUSTER_ID", requires = "restore")]
+    #[serde(skip)]
+    pub restore_from: Option<String>,
 }
 
 /// A cluster member's identity and its peers.
@@ -321,6 +328,8 @@ pub struct Settings {
     pub cluster: Option<ClusterSettings>,
     /// Restore the data directory from the object store first.
     pub restore: bool,
+    /// With `restore` in a cluster: the old cluster (`--restore-from`).
+    pub restore_from: Option<String>,
     /// Access control, when an auth file is given.
     pub auth: Option<std::sync::Arc<runnel_server::auth::Auth>>,
     /// The HTTP listener's certificate (`--tls-cert`).
@@ -619,9 +628,14 @@ impl ServeArgs {
                 .expect("peer addresses were parsed as socket addresses"),
             (None, None) => SocketAddr::from(([127, 0, 0, 1], 4437)),
         };
-        if self.restore && cluster.is_some() {
+        if self.restore && cluster.as_ref().is_some_and(|c| c.join.is_some()) {
             return Err(
-                "--restore is for a single node; a cluster member recovers from its peers".into(),
+                "--restore forms a new cluster from --peers; a node that --joins recovers from its peers".into(),
+            );
+        }
+        if self.restore && engine.tier.is_none() {
+            return Err(
+                "--restore needs the object store the backups are in (--object-store)".into(),
             );
         }
         let auth = match self.auth_file.or(file.auth_file) {
@@ -697,6 +711,7 @@ impl ServeArgs {
             server,
             cluster,
             restore: self.restore,
+            restore_from: self.restore_from,
             auth,
             tls,
             cluster_tls,

@@ -154,6 +154,18 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 config.zones = cluster.zones.clone();
                 config.zone = cluster.zone.clone();
                 config.dead_node_after = cluster.dead_node_after;
+                if settings.restore {
+                    let from = runnel_engine::cluster::restore::prepare(
+                        &config,
+                        settings.restore_from.as_deref(),
+                    )
+                    .await
+                    .map_err(|e| format!("restore: {e}"))?;
+                    tracing::warn!(
+                        from = %from,
+                        "restoring cluster {from} from the object store: a new cluster forms and each group takes its newest backup"
+                    );
+                }
                 ClusterNode::open(&config)
                     .await
                     .map_err(|e| e.to_string())?

@@ -24,6 +24,7 @@
 //! DATA_DIR/runnel.meta   format, group count and node id
 //! DATA_DIR/cluster-id    the cluster's id, once known ([`identity`])
 //! DATA_DIR/left-groups   groups this node dropped its copy of ([`hosting`])
+//! DATA_DIR/restoring     the cluster being restored from, while restoring ([`restore`])
 //! DATA_DIR/log/          the shared log: Raft records of every group
 //! ```
 
@@ -64,6 +65,7 @@ use collect::Collector;
 use hosting::Hosting;
 use identity::Identity;
 
+mod backup;
 mod collect;
 mod control_voters;
 mod formation;
@@ -78,6 +80,7 @@ mod rebalance;
 mod recovery;
 mod replication;
 mod report;
+pub mod restore;
 mod serving;
 pub mod zones;
 
@@ -193,6 +196,12 @@ pub struct ClusterNode {
     /// `--dead-node-after`, and what self-healing did ([`healing`]).
     dead_node_after: Option<Duration>,
     healing: healing::HealingState,
+    /// What this node backed up of the groups it leads ([`backup`]).
+    backups: backup::BackupState,
+    /// Set while this node restores its groups from the bucket
+    /// ([`restore`]), with the cluster it restores from.
+    restoring: Arc<std::sync::atomic::AtomicBool>,
+    restore_source: Option<String>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -331,17 +340,23 @@ impl ClusterNode {
         let transport = Arc::new(transport);
         let peers_asked: Arc<dyn PeerQueries> = transport.clone();
 
-        // Backups are for a single node: a cluster member that loses its
-        // disk recovers from its peers.
+        // A member that loses its disk recovers from its peers; the
+        // groups' backups are for a cluster that lost every disk.
         let tiering = engine
             .tier
             .clone()
-            .map(|mut tc| {
-                tc.backup = false;
-                Tiering::open(tc, config.node_id, group_count as usize)
-            })
+            .map(|tc| Tiering::open(tc, config.node_id, group_count as usize))
             .transpose()
             .map_err(|e| OpenError::Config(Box::new(e)))?;
+        let restore_source =
+            restore::pending_source(&engine.data_dir).map_err(|source| OpenError::Io {
+                path: engine.data_dir.join(restore::RESTORING_FILE),
+                source,
+            })?;
+        let restoring = Arc::new(std::sync::atomic::AtomicBool::new(restore_source.is_some()));
+        if let (Some(tiering), Some(_)) = (&tiering, &restore_source) {
+            tiering.hold_sweeps(true);
+        }
         let starter = Arc::new(RaftStarter {
             node_id: config.node_id,
             config: raft_config,
@@ -521,8 +536,14 @@ impl ClusterNode {
             if let Some(after) = config.dead_node_after {
                 tasks.push(tokio::spawn(healing::heal(me.clone(), after)));
             }
+            if tiering.as_ref().is_some_and(|t| t.config.backup) {
+                tasks.push(tokio::spawn(backup::back_up(me.clone())));
+            }
+            if restore_source.is_some() {
+                tasks.push(tokio::spawn(restore::restore(me.clone())));
+            }
             ClusterNode {
-                control: Control::new(&groups, activity),
+                control: Control::new(&groups, activity).held_while(Arc::clone(&restoring)),
                 node_id: config.node_id,
                 tiering,
                 groups,
@@ -543,6 +564,9 @@ impl ClusterNode {
                 own_zone: config.zone.clone(),
                 dead_node_after: config.dead_node_after,
                 healing: healing::HealingState::default(),
+                backups: backup::BackupState::default(),
+                restoring,
+                restore_source,
                 tasks,
             }
         }))
@@ -630,6 +654,7 @@ impl ClusterNode {
         if names.any(|n| !Arc::ptr_eq(self.group_for(n), group)) {
             return Err(EngineError::CrossGroupFork);
         }
+        self.refuse_unrestored(group)?;
         group.propose(command).await
     }
 

@@ -139,6 +139,8 @@ impl ClusterNode {
             "log_position": self.log.durable_position(),
             "write_failure": self.write_failure(),
             "tiering": self.tiering.as_ref().map(|t| t.status()),
+            "backups": self.backup_status(),
+            "restore": self.restore_status(),
             "groups": groups,
         })
     }

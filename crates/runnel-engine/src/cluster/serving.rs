@@ -42,6 +42,16 @@ impl NodeEngine for ClusterNode {
         if self.identity.removed() {
             return Some("this node was removed from the cluster for good".into());
         }
+        if let Some(group) = self
+            .groups
+            .iter()
+            .find(|g| self.holds(g) && self.restore_pending(g))
+        {
+            return Some(format!(
+                "group {} is being restored from the object store",
+                group.index()
+            ));
+        }
         for group in &self.groups {
             let index = group.index();
             if self.held_elsewhere(group) {

@@ -28,10 +28,8 @@ const KEEP: usize = 2;
 pub enum BackupError {
     #[error(transparent)]
     Store(#[from] TierError),
-    #[error("uploading checkpoint {path}: {source}")]
-    Upload { path: String, source: TierError },
-    #[error("deleting old checkpoint {path}: {source}")]
-    DeleteOld { path: String, source: TierError },
+    #[error(transparent)]
+    Rotate(#[from] RotateError),
     #[error("reading checkpoint {path}: {source}")]
     Fetch { path: String, source: TierError },
     #[error("checkpoint {path}: {source}")]
@@ -86,29 +84,47 @@ pub(crate) async fn upload(
         node: tiering.node_id,
         nonce: rand::random(),
     };
-    tiering
-        .store
-        .put_new(&id.path(), Bytes::from(file), |_| {})
-        .await
-        .map_err(|source| BackupError::Upload {
-            path: id.path().to_string(),
-            source,
-        })?;
+    let older = existing.iter().map(CheckpointId::path).collect();
+    put_and_rotate(&tiering.store, &id.path(), Bytes::from(file), older).await?;
     tiering.set_backed_up(doomed_next, progress);
     tiering
         .stats
         .backups_uploaded
         .fetch_add(1, Ordering::Relaxed);
-    let mut all = existing;
-    all.push(id);
-    let stale = all.len().saturating_sub(KEEP);
-    for old in &all[..stale] {
-        tiering
-            .store
-            .delete(&old.path())
+    Ok(())
+}
+
+/// Why a new backup was not stored, or an old one not deleted.
+#[derive(Debug, thiserror::Error)]
+pub enum RotateError {
+    #[error("uploading {path}: {source}")]
+    Upload { path: String, source: TierError },
+    #[error("deleting the old backup {path}: {source}")]
+    DeleteOld { path: String, source: TierError },
+}
+
+/// Stores a new backup at `new`, then deletes the `older` backups
+/// (oldest first) but the newest [`KEEP`] ones, the new one among them.
+pub(crate) async fn put_and_rotate(
+    store: &TierStore,
+    new: &ObjectPath,
+    bytes: Bytes,
+    older: Vec<ObjectPath>,
+) -> Result<(), RotateError> {
+    store
+        .put_new(new, bytes, |_| {})
+        .await
+        .map_err(|source| RotateError::Upload {
+            path: new.to_string(),
+            source,
+        })?;
+    let stale = (older.len() + 1).saturating_sub(KEEP);
+    for old in &older[..stale.min(older.len())] {
+        store
+            .delete(old)
             .await
-            .map_err(|source| BackupError::DeleteOld {
-                path: old.path().to_string(),
+            .map_err(|source| RotateError::DeleteOld {
+                path: old.to_string(),
                 source,
             })?;
     }

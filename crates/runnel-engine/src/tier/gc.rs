@@ -56,7 +56,7 @@ pub(crate) async fn run<G: MaintainedGroup + ?Sized>(groups: Vec<Arc<G>>, tierin
                 tiering.note_error(format!("group {}: {err}", group.index()));
             }
         }
-        if last_sweep.elapsed() >= tiering.config.sweep_interval {
+        if last_sweep.elapsed() >= tiering.config.sweep_interval && !tiering.sweeps_held() {
             last_sweep = tokio::time::Instant::now();
             for group in groups.iter().filter(|g| g.leads()) {
                 match sweep(group.as_ref(), &tiering).await {

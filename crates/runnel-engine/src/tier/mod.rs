@@ -142,6 +142,10 @@ pub struct Tiering {
     backed_up: Mutex<Vec<Option<u64>>>,
     /// Tiering's progress when the newest backup's checkpoint was taken.
     backup_progress: Mutex<Option<(u64, u64, u64)>>,
+    /// Set while a cluster member restores its groups from the bucket:
+    /// a group not restored yet names none of its objects, and a sweep
+    /// would delete them all.
+    sweeps_held: std::sync::atomic::AtomicBool,
 }
 
 impl Tiering {
@@ -176,6 +180,7 @@ impl Tiering {
             reclaim: Notify::new(),
             backed_up: Mutex::new(vec![None; groups]),
             backup_progress: Mutex::new(None),
+            sweeps_held: std::sync::atomic::AtomicBool::new(false),
             config,
         })
     }
@@ -269,6 +274,21 @@ impl Tiering {
 
     fn backed_up(&self, group: u32) -> Option<u64> {
         self.backed_up.lock().expect("backup lock")[group as usize]
+    }
+
+    /// One group's backup (a cluster's, see `cluster::backup`) names no
+    /// object whose deletion was queued before `floor`.
+    pub(crate) fn set_group_backed_up(&self, group: u32, floor: u64) {
+        self.backed_up.lock().expect("backup lock")[group as usize] = Some(floor);
+    }
+
+    /// Holds or releases the sweep of unreferenced objects.
+    pub(crate) fn hold_sweeps(&self, held: bool) {
+        self.sweeps_held.store(held, Ordering::Relaxed);
+    }
+
+    pub(crate) fn sweeps_held(&self) -> bool {
+        self.sweeps_held.load(Ordering::Relaxed)
     }
 
     fn set_backed_up(&self, floors: Vec<u64>, progress: (u64, u64, u64)) {

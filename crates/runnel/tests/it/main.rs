@@ -30,6 +30,7 @@ mod metrics;
 mod removed_node;
 mod replica_move;
 mod replication_factor;
+mod restore_cluster;
 mod shutdown;
 mod slow_clients;
 mod stream_cli;
