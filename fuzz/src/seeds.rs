@@ -307,6 +307,7 @@ fn raft_frames() -> Vec<(&'static str, Vec<u8>)> {
             PeerRequest::Hello(Hello {
                 node: 2,
                 cluster_id: Some("prod-1".into()),
+                cluster_version: 2,
             }),
         ),
         (
@@ -314,6 +315,7 @@ fn raft_frames() -> Vec<(&'static str, Vec<u8>)> {
             PeerRequest::Hello(Hello {
                 node: 7,
                 cluster_id: None,
+                cluster_version: 1,
             }),
         ),
     ];

@@ -28,10 +28,11 @@ use std::sync::Arc;
 /// factor, version 8 the preferred leaders ([`crate::cluster_meta`]),
 /// version 9 the nodes' zones ([`crate::zones`]), version 10 whether
 /// self-healing is paused ([`crate::cluster_meta`]), version 11 the
-/// cluster a group was restored from ([`crate::restore`]).
-/// Earlier versions still load, and a state that version 11 adds nothing
-/// to is written as version 10, as release 0.1.0 wrote it.
-const CHECKPOINT_VERSION: u8 = 11;
+/// cluster a group was restored from ([`crate::restore`]), version 12
+/// the cluster version ([`crate::upgrade`]). Earlier versions still load,
+/// and a state that the later versions add nothing to is written as
+/// version 10, as release 0.1.0 wrote it.
+const CHECKPOINT_VERSION: u8 = 12;
 
 /// A group's state taken for a checkpoint under its lock, encoded after.
 ///
@@ -91,8 +92,10 @@ impl StreamsState {
     pub fn capture_checkpoint(&self) -> CheckpointCapture {
         let mut w = Writer::wrap(Vec::new());
         let mut cuts = Vec::with_capacity(self.streams.len());
-        let version = if self.restored_from.is_some() {
-            CHECKPOINT_VERSION
+        let version = if self.cluster_version.is_some() {
+            12
+        } else if self.restored_from.is_some() {
+            11
         } else {
             10
         };
@@ -133,8 +136,13 @@ impl StreamsState {
             w.str(zone);
         }
         w.bool(self.healing_paused);
-        if let Some(source) = &self.restored_from {
-            w.str(source);
+        match (version, &self.restored_from) {
+            (11, Some(source)) => w.str(source),
+            (12, source) => {
+                w.opt_str(source.as_deref());
+                w.u32(self.cluster_version.expect("version 12 holds one"));
+            }
+            _ => {}
         }
         CheckpointCapture {
             bytes: w.finish(),
@@ -223,8 +231,12 @@ impl StreamsState {
         if version >= 10 {
             state.healing_paused = r.bool()?;
         }
-        if version >= 11 {
+        if version == 11 {
             state.restored_from = Some(r.string()?);
+        }
+        if version >= 12 {
+            state.restored_from = r.opt_string()?;
+            state.cluster_version = Some(r.u32()?);
         }
         r.expect_end()?;
         Ok(state)

@@ -32,6 +32,13 @@ pub const MAX_LEN: usize = 64;
 /// command may set).
 pub const MAX_GROUPS: u32 = 4096;
 
+/// The highest cluster version this build supports: the formats it may
+/// write once the cluster's control group records that version (see
+/// [`crate::upgrade`]). 1 is release 0.1.0's formats; 2 adds restoring a
+/// group from a backup (command tag 21, checkpoint version 11) and the
+/// recorded cluster version itself (command tag 22, checkpoint version 12).
+pub const CLUSTER_VERSION: u32 = 2;
+
 /// The most replicas of a group a cluster may ask for: more voters than
 /// this make every write wait on a quorum too large to be useful.
 pub const MAX_REPLICATION: u32 = 15;

@@ -196,6 +196,12 @@ pub enum Command {
         source: String,
         checkpoint: Option<Vec<u8>>,
     },
+    /// Raise the cluster version (the control group's; see
+    /// [`crate::upgrade`]): what `runnel ctl upgrade finalize` logs once
+    /// every member runs a build that supports it.
+    SetClusterVersion {
+        version: u32,
+    },
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -249,7 +255,8 @@ impl Command {
             | Command::PreferLeaders { .. }
             | Command::SetZones { .. }
             | Command::PauseHealing { .. }
-            | Command::RestoreGroup { .. } => (None, None),
+            | Command::RestoreGroup { .. }
+            | Command::SetClusterVersion { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -322,6 +329,7 @@ const TAG_PREFER_LEADERS: u8 = 18;
 const TAG_SET_ZONES: u8 = 19;
 const TAG_PAUSE_HEALING: u8 = 20;
 const TAG_RESTORE_GROUP: u8 = 21;
+const TAG_SET_CLUSTER_VERSION: u8 = 22;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -503,6 +511,10 @@ impl Entry {
                 if let Some(bytes) = checkpoint {
                     w.blob(bytes);
                 }
+            }
+            Command::SetClusterVersion { version } => {
+                w.u8(TAG_SET_CLUSTER_VERSION);
+                w.u32(*version);
             }
         }
         w.raw(data);
@@ -702,6 +714,7 @@ impl Entry {
                 };
                 Command::RestoreGroup { source, checkpoint }
             }
+            TAG_SET_CLUSTER_VERSION => Command::SetClusterVersion { version: r.u32()? },
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {

@@ -91,6 +91,9 @@ pub enum CoreError {
     /// More nodes than [`crate::zones::MAX_NODES`] in one command.
     #[error("one command records the zones of at most {max} nodes, not {count}", max = crate::zones::MAX_NODES)]
     TooManyZones { count: usize },
+    /// A cluster version below the one recorded (see [`crate::upgrade`]).
+    #[error("the cluster is at version {current}: it cannot go back to {asked}")]
+    ClusterVersionLowered { current: u32, asked: u32 },
     /// A restore entry for a group that already holds data (see
     /// [`crate::restore`]).
     #[error("this group already holds {streams} streams or subscriptions: a restore goes only into an empty group")]

@@ -32,6 +32,7 @@ pub mod state_protocol;
 pub mod stream;
 pub mod subscription;
 pub mod tier;
+pub mod upgrade;
 pub mod zones;
 
 #[cfg(test)]

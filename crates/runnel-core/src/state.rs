@@ -112,6 +112,12 @@ pub enum Applied {
         lost_bytes: u64,
         newly: bool,
     },
+    /// The cluster version that stands after the command; `raised`: this
+    /// command raised it.
+    ClusterVersion {
+        version: u32,
+        raised: bool,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -256,6 +262,9 @@ pub struct StreamsState {
     pub(crate) healing_paused: bool,
     /// The cluster this group was restored from (see [`crate::restore`]).
     pub(crate) restored_from: Option<String>,
+    /// The cluster version, in the control group, once recorded (see
+    /// [`crate::upgrade`]); `None` is version 1.
+    pub(crate) cluster_version: Option<u32>,
 }
 
 impl StreamsState {
@@ -340,6 +349,7 @@ impl StreamsState {
             Command::RestoreGroup { source, checkpoint } => {
                 self.restore_group(source, checkpoint.as_deref())
             }
+            Command::SetClusterVersion { version } => self.set_cluster_version(*version),
         }
     }
 
@@ -466,6 +476,10 @@ impl StreamsState {
         if let Some(source) = &self.restored_from {
             feed(b"restored from ");
             feed(source.as_bytes());
+        }
+        if let Some(version) = self.cluster_version {
+            feed(b"cluster version ");
+            feed(&version.to_le_bytes());
         }
         hash
     }

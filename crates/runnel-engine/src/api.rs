@@ -395,6 +395,10 @@ pub enum MemberChange {
     /// The cluster's self-healing is to pause (or resume: a change to the
     /// control group only; see `cluster::healing`).
     PauseHealing { paused: bool },
+    /// The cluster version is to rise to what this build supports, once
+    /// every member's build does (a change to the control group only;
+    /// see `cluster::upgrade`).
+    FinalizeUpgrade,
 }
 
 /// A group's membership after a change.

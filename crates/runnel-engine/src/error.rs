@@ -148,6 +148,17 @@ pub enum MembershipError {
     /// Only a voter can lead a group.
     #[error("node {node} is not a voter of group {group}: only a voter can lead it")]
     NotAVoter { node: NodeId, group: u32 },
+    /// An upgrade is finalised only once every member's build supports
+    /// the new cluster version (see `cluster::upgrade`).
+    #[error("node {node} runs a build that supports cluster version {supports}, not {wanted}: upgrade it first, then finalize")]
+    MemberBehind {
+        node: NodeId,
+        supports: u32,
+        wanted: u32,
+    },
+    /// A member this node has not heard from since it started.
+    #[error("node {node} has not been heard from since this node started: its build is unknown; finalize once it answers")]
+    MemberUnheard { node: NodeId },
     /// A preferred leader must be a member of the cluster.
     #[error("node {node} is not a member of this cluster: it cannot lead group {group}")]
     NotAMember { node: NodeId, group: u32 },

@@ -21,9 +21,14 @@ pub struct Hooks {
     /// followers without a read index: a deliberately broken server that
     /// the fault harnesses must catch.
     pub stale_reads: bool,
+    /// The node says in its hellos that its build supports only this
+    /// cluster version: a member still on an older build, as a rolling
+    /// upgrade meets it, without building the older release.
+    pub announce_cluster_version: Option<u32>,
 }
 
 static FAILPOINT: OnceLock<String> = OnceLock::new();
+static ANNOUNCED_VERSION: OnceLock<u32> = OnceLock::new();
 static STALE_READS: AtomicBool = AtomicBool::new(false);
 
 /// Arms `hooks` for the rest of the process. Test binaries only.
@@ -31,6 +36,9 @@ pub fn arm(hooks: Hooks) {
     if let Some(point) = hooks.failpoint {
         // A second arming keeps the first point: tests arm once at start.
         let _ = FAILPOINT.set(point);
+    }
+    if let Some(version) = hooks.announce_cluster_version {
+        let _ = ANNOUNCED_VERSION.set(version);
     }
     if hooks.stale_reads {
         // Before any logging is set up: straight to stderr.
@@ -50,6 +58,15 @@ pub(crate) fn failpoint(point: &str) {
             libc::kill(libc::getpid(), libc::SIGKILL);
         }
     }
+}
+
+/// The cluster version this node's hellos announce: its build's, unless
+/// a test armed an older one.
+pub(crate) fn announced_cluster_version() -> u32 {
+    ANNOUNCED_VERSION
+        .get()
+        .copied()
+        .unwrap_or(runnel_core::cluster_meta::CLUSTER_VERSION)
 }
 
 /// Whether reads skip the read barrier and the read index (a test armed

@@ -281,6 +281,8 @@ fn membership_status(refusal: &MembershipError, headers: &mut HeaderMap) -> Stat
         | MembershipError::Retired { .. }
         | MembershipError::NotAVoter { .. }
         | MembershipError::NotAMember { .. }
+        | MembershipError::MemberBehind { .. }
+        | MembershipError::MemberUnheard { .. }
         | MembershipError::WrongGroup { .. }
         | MembershipError::StillMember { .. }
         | MembershipError::AddressTaken { .. }
@@ -351,7 +353,9 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         | CoreError::InvalidGroup { .. }
         | CoreError::InvalidZone(_)
         | CoreError::TooManyZones { .. } => StatusCode::BAD_REQUEST,
-        CoreError::ZoneChanged { .. } => StatusCode::CONFLICT,
+        CoreError::ZoneChanged { .. } | CoreError::ClusterVersionLowered { .. } => {
+            StatusCode::CONFLICT
+        }
         // Internal: the engine resolves these before proposing, and
         // tiering and restore commands never come from a client.
         CoreError::SubOffsetInTieredHistory

@@ -134,6 +134,13 @@ pub struct ServeArgs {
     /// `runnel ctl rebalance pause` pauses it cluster-wide [default: 300].
     #[arg(long)]
     pub dead_node_after: Option<u64>,
+    /// In a cluster, who finalises a rolling upgrade: `auto`, the control
+    /// group's leader once every member runs a build that supports the
+    /// new cluster version; or `manual`, an operator (`runnel ctl upgrade
+    /// finalize`), so that until then a node can go back to the previous
+    /// build [default: auto].
+    #[arg(long, env = "RUNNEL_UPGRADE_FINALIZE")]
+    pub upgrade_finalize: Option<String>,
     /// Join a running cluster through any member's base URL
     /// (`http://HOST:PORT`), instead of naming every node with --peers:
     /// this node (--node-id, reached by the others at --listen) learns the
@@ -317,6 +324,8 @@ pub struct ClusterSettings {
     pub zone: Option<String>,
     /// `--dead-node-after` (`None`: 0, never).
     pub dead_node_after: Option<Duration>,
+    /// `--upgrade-finalize`.
+    pub finalize_upgrade: runnel_engine::cluster::upgrade::FinalizeUpgrade,
 }
 
 /// Everything `serve` needs, resolved.
@@ -523,6 +532,10 @@ impl ServeArgs {
                         Some(secs) => Some(Duration::from_secs(secs)),
                         None => Some(runnel_engine::cluster::DEFAULT_DEAD_NODE_AFTER),
                     },
+                    finalize_upgrade: pick!(upgrade_finalize)
+                        .map(|mode| mode.parse())
+                        .transpose()?
+                        .unwrap_or_default(),
                 })
             }
         };

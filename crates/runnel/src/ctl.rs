@@ -45,6 +45,16 @@ pub enum CtlCommand {
         #[command(flatten)]
         common: NodeArgs,
     },
+    /// Finish a rolling upgrade: once every member runs the new build,
+    /// raise the cluster version so that the new formats may be written
+    /// (no member can go back to the previous build after). Refused,
+    /// naming the member, while one still runs an older build.
+    Upgrade {
+        #[arg(value_enum)]
+        action: UpgradeAction,
+        #[command(flatten)]
+        common: NodeArgs,
+    },
     /// Replace the key that signs webhooks; the old public key stays in
     /// `jwks.json` for --keep-secs so receivers verify deliveries already
     /// sent.
@@ -69,6 +79,12 @@ pub enum CtlCommand {
 pub enum RebalanceAction {
     Pause,
     Resume,
+}
+
+/// `runnel ctl upgrade finalize`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+pub enum UpgradeAction {
+    Finalize,
 }
 
 /// Cluster membership.
@@ -210,6 +226,19 @@ pub fn run(command: CtlCommand) -> Result<(), String> {
             println!("self-healing {done}{already}");
             Ok(())
         }
+        CtlCommand::Upgrade {
+            action: UpgradeAction::Finalize,
+            common,
+        } => {
+            let path = "/_runnel/cluster/groups/0/members?upgrade=finalize";
+            let report = membership::change_group(&common, path, 0)?;
+            if report["changed"] == false {
+                println!("the cluster was already at the version this build supports");
+            } else {
+                println!("upgrade finalised: the cluster is at the version this build supports");
+            }
+            Ok(())
+        }
         CtlCommand::RotateWebhookKey {
             target,
             keep_secs,
@@ -251,6 +280,7 @@ fn render(status: &serde_json::Value) -> String {
         }
     }
     out.push_str(&render_healing(&status["healing"]));
+    out.push_str(&render_version(&status["cluster_version"]));
     for exposed in status["quorum_in_one_zone"]
         .as_array()
         .into_iter()
@@ -330,6 +360,33 @@ fn render(status: &serde_json::Value) -> String {
         ));
     }
     out
+}
+
+/// The cluster version line, with what an upgrade in progress waits for.
+fn render_version(version: &serde_json::Value) -> String {
+    let (Some(current), Some(this_build)) =
+        (version["current"].as_u64(), version["this_build"].as_u64())
+    else {
+        return String::new();
+    };
+    let behind: Vec<String> = version["peers"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, v)| v.as_u64() < Some(this_build))
+        .map(|(node, v)| format!("node {node} supports {v}"))
+        .collect();
+    let pending = if current >= this_build {
+        String::new()
+    } else if behind.is_empty() {
+        format!(
+            "; every member supports {this_build}: `runnel ctl upgrade finalize` (finalize: {})",
+            version["finalize"].as_str().unwrap_or("?")
+        )
+    } else {
+        format!("; upgrade in progress ({})", behind.join(", "))
+    };
+    format!("cluster version {current} (this build supports {this_build}){pending}\n")
 }
 
 /// The self-healing line: when replicas move off a silent member, which
@@ -593,5 +650,28 @@ mod tests {
             ),
             "{text}"
         );
+    }
+
+    #[test]
+    fn the_version_line_says_what_an_upgrade_waits_for() {
+        let version = |current: u64, peers: serde_json::Value| {
+            render_version(&serde_json::json!({
+                "current": current, "this_build": 2, "peers": peers, "finalize": "manual"
+            }))
+        };
+        assert_eq!(
+            version(1, serde_json::json!({"2": 1, "3": 2})),
+            "cluster version 1 (this build supports 2); upgrade in progress (node 2 supports 1)\n"
+        );
+        assert_eq!(
+            version(1, serde_json::json!({"2": 2, "3": 2})),
+            "cluster version 1 (this build supports 2); every member supports 2: `runnel ctl \
+             upgrade finalize` (finalize: manual)\n"
+        );
+        assert_eq!(
+            version(2, serde_json::json!({"2": 2})),
+            "cluster version 2 (this build supports 2)\n"
+        );
+        assert_eq!(render_version(&serde_json::Value::Null), "");
     }
 }

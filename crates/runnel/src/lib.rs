@@ -154,6 +154,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 config.zones = cluster.zones.clone();
                 config.zone = cluster.zone.clone();
                 config.dead_node_after = cluster.dead_node_after;
+                config.finalize_upgrade = cluster.finalize_upgrade;
                 if settings.restore {
                     let from = runnel_engine::cluster::restore::prepare(
                         &config,

@@ -93,6 +93,9 @@ pub struct Identity {
     data_dir: PathBuf,
     /// Set once a peer said this node was removed for good.
     removed: AtomicBool,
+    /// The highest cluster version each peer's build supports, as its
+    /// latest hello said (see [`super::upgrade`]).
+    peer_versions: std::sync::Mutex<std::collections::BTreeMap<u64, u32>>,
 }
 
 impl Identity {
@@ -143,7 +146,14 @@ impl Identity {
             known,
             data_dir: data_dir.to_path_buf(),
             removed: AtomicBool::new(false),
+            peer_versions: Default::default(),
         }))
+    }
+
+    /// The highest cluster version each peer that greeted this node (or
+    /// answered its greeting) supports.
+    pub fn peer_versions(&self) -> std::collections::BTreeMap<u64, u32> {
+        self.peer_versions.lock().expect("versions lock").clone()
     }
 
     /// Whether a peer told this node it was removed for good.
@@ -185,6 +195,13 @@ impl PeerIdentity for Identity {
 
     fn cluster_id(&self) -> Option<&str> {
         self.get()
+    }
+
+    fn note_peer_version(&self, node: u64, version: u32) {
+        self.peer_versions
+            .lock()
+            .expect("versions lock")
+            .insert(node, version);
     }
 
     /// Marks the data directory so that it does not start again (see the

@@ -113,6 +113,10 @@ impl ClusterNode {
                 only_through_control(group, "self-healing is paused or resumed")?;
                 self.pause_healing(paused).await?
             }
+            MemberChange::FinalizeUpgrade => {
+                only_through_control(group, "an upgrade is finalised")?;
+                self.finalize_upgrade().await?
+            }
         };
         let (voters, learners) = members(g);
         Ok(MemberReport {

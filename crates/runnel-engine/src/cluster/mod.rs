@@ -82,6 +82,7 @@ mod replication;
 mod report;
 pub mod restore;
 mod serving;
+pub mod upgrade;
 pub mod zones;
 
 /// The data directory's format: 3 keeps streams out of group 0
@@ -130,6 +131,8 @@ pub struct ClusterConfig {
     /// Replicas on a member that has not answered for this long move to
     /// live nodes ([`healing`]); `None`: never.
     pub dead_node_after: Option<Duration>,
+    /// Who finalises an upgrade ([`upgrade`]).
+    pub finalize_upgrade: upgrade::FinalizeUpgrade,
 }
 
 /// A member whose `--peers` do not name it.
@@ -160,6 +163,7 @@ impl ClusterConfig {
             zones: placement::Zones::new(),
             zone: None,
             dead_node_after: Some(DEFAULT_DEAD_NODE_AFTER),
+            finalize_upgrade: upgrade::FinalizeUpgrade::default(),
         }
     }
 }
@@ -202,6 +206,8 @@ pub struct ClusterNode {
     /// ([`restore`]), with the cluster it restores from.
     restoring: Arc<std::sync::atomic::AtomicBool>,
     restore_source: Option<String>,
+    /// `--upgrade-finalize` ([`upgrade`]).
+    finalize_mode: upgrade::FinalizeUpgrade,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -542,6 +548,10 @@ impl ClusterNode {
             if restore_source.is_some() {
                 tasks.push(tokio::spawn(restore::restore(me.clone())));
             }
+            tasks.push(tokio::spawn(upgrade::finalize_when_ready(
+                me.clone(),
+                config.finalize_upgrade,
+            )));
             ClusterNode {
                 control: Control::new(&groups, activity).held_while(Arc::clone(&restoring)),
                 node_id: config.node_id,
@@ -567,6 +577,7 @@ impl ClusterNode {
                 backups: backup::BackupState::default(),
                 restoring,
                 restore_source,
+                finalize_mode: config.finalize_upgrade,
                 tasks,
             }
         }))

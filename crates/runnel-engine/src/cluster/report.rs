@@ -131,6 +131,7 @@ impl ClusterNode {
                 "moves": self.healing.moves.load(std::sync::atomic::Ordering::Relaxed),
             },
             "cluster_id": self.cluster_id(),
+            "cluster_version": self.version_status(),
             "replication_factor": self.replication(),
             "retired_nodes": self.groups[crate::control::CONTROL_GROUP]
                 .view()

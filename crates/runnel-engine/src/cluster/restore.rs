@@ -209,6 +209,11 @@ impl ClusterNode {
         let Some(source) = self.restore_source.as_deref() else {
             return true;
         };
+        // A restore entry is a format of cluster version 2: written once
+        // the new cluster is at it (it finalises by itself while restoring).
+        if self.cluster_version() < 2 {
+            return false;
+        }
         let control_source = self.groups[CONTROL_GROUP]
             .view()
             .with_state(|s| s.restored_from().map(str::to_string));

@@ -42,6 +42,9 @@ impl NodeEngine for ClusterNode {
         if self.identity.removed() {
             return Some("this node was removed from the cluster for good".into());
         }
+        if let Some(reason) = self.version_unsupported() {
+            return Some(reason);
+        }
         if let Some(group) = self
             .groups
             .iter()

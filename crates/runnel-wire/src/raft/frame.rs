@@ -236,6 +236,7 @@ mod tests {
             PeerRequest::Hello(Hello {
                 node: 3,
                 cluster_id: Some("prod".into()),
+                cluster_version: 2,
             }),
         ];
         for request in requests {

@@ -8,10 +8,14 @@
 //! body, and the body of a successful answer, is a [`Hello`]:
 //!
 //! ```text
-//! [version: u8 = 1][node id: u64][cluster id length: u8][cluster id: UTF-8]
+//! version 1: [1][node id: u64][cluster id length: u8][cluster id: UTF-8]
+//! version 2: [2][node id: u64][cluster id length: u8][cluster id: UTF-8][cluster version: u32]
 //! ```
 //!
-//! with an empty cluster id for a node that knows none yet. A later
+//! with an empty cluster id for a node that knows none yet. Version 2
+//! adds the highest cluster version the sender's build supports
+//! (`runnel_core::cluster_meta::CLUSTER_VERSION`); a version 1 hello (release
+//! 0.1.0) supports cluster version 1. A later
 //! version keeps these fields in place and adds its own after them, which
 //! this version ignores, so nodes of a later build can still greet this
 //! one. A refusal carries the reason; [`RETIRED`] in place of the `ok`
@@ -24,14 +28,15 @@ use super::NodeId;
 pub const RETIRED: u8 = 2;
 
 /// The version of the [`Hello`] this build sends.
-pub const HELLO_VERSION: u8 = 1;
+pub const HELLO_VERSION: u8 = 2;
 
-/// A hello, or the answer to one: who sends it, and the cluster it
-/// knows, if any.
+/// A hello, or the answer to one: who sends it, the cluster it knows, if
+/// any, and the highest cluster version its build supports.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hello {
     pub node: NodeId,
     pub cluster_id: Option<String>,
+    pub cluster_version: u32,
 }
 
 /// Why a hello's bytes do not decode. The answering side sends the text
@@ -54,6 +59,8 @@ pub enum HelloDecodeError {
     NotUtf8,
     #[error("a hello's cluster id: {0}")]
     BadClusterId(runnel_core::cluster_meta::ClusterIdError),
+    #[error("a hello of version 2 without its cluster version")]
+    NoClusterVersion,
 }
 
 impl Hello {
@@ -65,6 +72,7 @@ impl Hello {
         // Cluster ids are at most 64 bytes (`cluster_meta::validate`).
         out.push(id.len() as u8);
         out.extend_from_slice(id);
+        out.extend_from_slice(&self.cluster_version.to_le_bytes());
         out
     }
 }
@@ -82,7 +90,15 @@ pub fn decode(body: &[u8]) -> Result<Hello, HelloDecodeError> {
     let (id, later_fields) = rest
         .split_at_checked(len as usize)
         .ok_or(HelloDecodeError::CutShort)?;
-    if version == HELLO_VERSION && !later_fields.is_empty() {
+    let (cluster_version, later_fields) = if version == 1 {
+        (1, later_fields)
+    } else {
+        let (v, rest) = later_fields
+            .split_first_chunk::<4>()
+            .ok_or(HelloDecodeError::NoClusterVersion)?;
+        (u32::from_le_bytes(*v), rest)
+    };
+    if version <= HELLO_VERSION && !later_fields.is_empty() {
         return Err(HelloDecodeError::TrailingBytes);
     }
     let cluster_id = if id.is_empty() {
@@ -95,6 +111,7 @@ pub fn decode(body: &[u8]) -> Result<Hello, HelloDecodeError> {
     Ok(Hello {
         node: u64::from_le_bytes(*node),
         cluster_id,
+        cluster_version,
     })
 }
 
@@ -108,6 +125,7 @@ mod tests {
             let hello = Hello {
                 node: 3,
                 cluster_id,
+                cluster_version: 2,
             };
             assert_eq!(decode(&hello.encode()).unwrap(), hello);
         }
@@ -119,14 +137,27 @@ mod tests {
             body.extend_from_slice(after);
             body
         };
+        // Release 0.1.0's hello: cluster version 1.
+        let old = decode(&raw(1, b"prod", b"")).unwrap();
         assert_eq!(
-            decode(&raw(2, b"prod", b"later fields"))
-                .unwrap()
-                .cluster_id,
-            Some("prod".into()),
+            (old.cluster_id.as_deref(), old.cluster_version),
+            (Some("prod"), 1)
+        );
+        let later = decode(&raw(3, b"prod", b"\x05\0\0\0later fields")).unwrap();
+        assert_eq!(
+            (later.cluster_id.as_deref(), later.cluster_version),
+            (Some("prod"), 5),
             "a later version's extra fields are skipped"
         );
         assert!(decode(&raw(1, b"prod", b"x")).is_err(), "trailing bytes");
+        assert!(
+            decode(&raw(2, b"prod", b"\x02\0\0\0x")).is_err(),
+            "trailing bytes"
+        );
+        assert_eq!(
+            decode(&raw(2, b"prod", b"\x02\0")),
+            Err(HelloDecodeError::NoClusterVersion)
+        );
         assert!(decode(&raw(0, b"prod", b"")).is_err(), "version 0");
         assert!(decode(&raw(1, b"a b", b"")).is_err());
         assert!(decode(&raw(1, &[0xff], b"")).is_err());

@@ -12,6 +12,7 @@ mod bench;
 mod caching;
 mod cluster;
 mod cluster_id;
+mod cluster_version;
 mod crash;
 mod edges;
 mod elastic;

@@ -24,6 +24,7 @@ fn hello_of(identity: &dyn PeerIdentity) -> Hello {
     Hello {
         node: identity.node_id(),
         cluster_id: identity.cluster_id().map(str::to_string),
+        cluster_version: crate::hooks::announced_cluster_version(),
     }
 }
 
@@ -59,7 +60,9 @@ pub(super) async fn greet(
                     dialed: peer,
                 });
             }
-            identity.admits(answer.cluster_id.as_deref())
+            identity.admits(answer.cluster_id.as_deref())?;
+            identity.note_peer_version(answer.node, answer.cluster_version);
+            Ok(())
         }
         Some(&RETIRED) => {
             identity.mark_removed(addr);
@@ -95,6 +98,7 @@ pub(super) fn answer(
         let reason = HelloError::RetiredNode(hello.node).to_string();
         return (RETIRED, reason.into_bytes());
     }
+    identity.note_peer_version(hello.node, hello.cluster_version);
     (1, hello_of(identity).encode())
 }
 

@@ -43,6 +43,10 @@ pub trait PeerIdentity: Send + Sync + 'static {
     /// A peer (at `by`) refused this node as removed from the cluster for
     /// good.
     fn mark_removed(&self, by: &str);
+
+    /// Node `node` said, in its hello, that its build supports cluster
+    /// versions up to `version`.
+    fn note_peer_version(&self, _node: NodeId, _version: u32) {}
 }
 
 /// Why a node refuses a peer's request. Its text is what the peer gets

@@ -2,6 +2,7 @@
 
 pub mod cluster;
 pub mod membership;
+pub mod readers;
 pub mod s3;
 pub mod webhooks;
 pub mod writers;
@@ -23,9 +24,12 @@ pub fn server_binary<K: AsRef<str>, V: AsRef<str>>(env: &[(K, V)]) -> std::path:
         return std::path::PathBuf::from(path.as_ref());
     }
     let runnel = std::path::PathBuf::from(env!("CARGO_BIN_EXE_runnel"));
-    let armed = env
-        .iter()
-        .any(|(k, _)| matches!(k.as_ref(), "RUNNEL_FAILPOINT" | "RUNNEL_UNSAFE_STALE_READS"));
+    let armed = env.iter().any(|(k, _)| {
+        matches!(
+            k.as_ref(),
+            "RUNNEL_FAILPOINT" | "RUNNEL_UNSAFE_STALE_READS" | "RUNNEL_ANNOUNCE_CLUSTER_VERSION"
+        )
+    });
     if !armed {
         return runnel;
     }
