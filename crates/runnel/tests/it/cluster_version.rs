@@ -11,25 +11,6 @@ use std::time::{Duration, Instant};
 
 use common::cluster::Cluster;
 
-/// `runnel ctl upgrade finalize` through node `i`: success, and what it
-/// printed (stdout, or stderr on failure).
-fn finalize(cluster: &Cluster, i: usize) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runnel"))
-        .args(["ctl", "upgrade", "finalize", "--target", &cluster.base(i)])
-        .env("RUNNEL_LOG", "off")
-        .output()
-        .unwrap();
-    let text = if out.status.success() {
-        out.stdout
-    } else {
-        out.stderr
-    };
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&text).into_owned(),
-    )
-}
-
 /// Waits until every node's status shows cluster version `version`.
 async fn wait_for_version(cluster: &Cluster, version: u64) {
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -70,7 +51,7 @@ async fn an_upgrade_is_finalised_only_once_every_member_supports_the_version() {
     // Refused, naming the member, through any node; nothing changes.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (ok, text) = finalize(&cluster, 1);
+        let (ok, text) = cluster.upgrade_finalize(1);
         assert!(!ok, "finalised with node 3 behind: {text}");
         if text.contains("node 3 runs a build that supports cluster version 1, not 2") {
             assert_eq!(text.trim().lines().count(), 1, "one line: {text}");
@@ -95,7 +76,7 @@ async fn an_upgrade_is_finalised_only_once_every_member_supports_the_version() {
     cluster.wait_for_leaders(Duration::from_secs(30)).await;
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (ok, text) = finalize(&cluster, 0);
+        let (ok, text) = cluster.upgrade_finalize(0);
         if ok {
             assert!(text.contains("upgrade finalised"), "{text}");
             break;
@@ -104,7 +85,7 @@ async fn an_upgrade_is_finalised_only_once_every_member_supports_the_version() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     wait_for_version(&cluster, 2).await;
-    let (ok, text) = finalize(&cluster, 2);
+    let (ok, text) = cluster.upgrade_finalize(2);
     assert!(ok && text.contains("already"), "{text}");
     common::append_text(&client, &url, " after").await;
     assert_eq!(common::read_all(&client, &url).await, b"before after");

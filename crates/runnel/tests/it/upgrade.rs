@@ -25,25 +25,6 @@ use common::writers::{assert_read_back, Writers};
 /// not know the flag.
 const MANUAL: (&str, &str) = ("RUNNEL_UPGRADE_FINALIZE", "manual");
 
-/// `runnel ctl upgrade finalize` through node `i`: success, and what it
-/// printed.
-fn finalize(cluster: &Cluster, i: usize) -> (bool, String) {
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_runnel"))
-        .args(["ctl", "upgrade", "finalize", "--target", &cluster.base(i)])
-        .env("RUNNEL_LOG", "off")
-        .output()
-        .unwrap();
-    let text = if out.status.success() {
-        out.stdout
-    } else {
-        out.stderr
-    };
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&text).into_owned(),
-    )
-}
-
 /// Node `i` in turn: clients leave it, it stops, starts on the older
 /// build `binary` (or this one) over its data directory, catches up, and
 /// clients come back.
@@ -112,7 +93,7 @@ async fn a_cluster_upgrades_one_node_at_a_time_under_writes_and_rolls_back() {
             status == 200 || Instant::now() < deadline,
             "{status} {body}"
         );
-        let (ok, text) = finalize(&cluster, 0);
+        let (ok, text) = cluster.upgrade_finalize(0);
         assert!(!ok, "finalised with node 3 on the older build: {text}");
         if text.contains("node 3 runs a build that supports cluster version 1, not 2") {
             break;
@@ -135,7 +116,7 @@ async fn a_cluster_upgrades_one_node_at_a_time_under_writes_and_rolls_back() {
     // the new format, and read back after a restart.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let (ok, text) = finalize(&cluster, 1);
+        let (ok, text) = cluster.upgrade_finalize(1);
         if ok {
             eprintln!("{}", text.trim());
             break;

@@ -382,6 +382,25 @@ impl Cluster {
         }
     }
 
+    /// `runnel ctl upgrade finalize` through node `i`: success, and what
+    /// it printed (stdout, or stderr on failure).
+    pub fn upgrade_finalize(&self, i: usize) -> (bool, String) {
+        let out = Command::new(env!("CARGO_BIN_EXE_runnel"))
+            .args(["ctl", "upgrade", "finalize", "--target", &self.base(i)])
+            .env("RUNNEL_LOG", "off")
+            .output()
+            .expect("runnel binary runs");
+        let text = if out.status.success() {
+            out.stdout
+        } else {
+            out.stderr
+        };
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&text).into_owned(),
+        )
+    }
+
     pub async fn restart(&mut self, i: usize) {
         self.spawn(i);
         let deadline = Instant::now() + Duration::from_secs(20);
