@@ -8,6 +8,8 @@
 //! engine; the engine re-exports them from its `raft` module.
 
 pub mod frame;
+#[cfg(test)]
+mod golden;
 pub mod hello;
 pub mod runtime;
 

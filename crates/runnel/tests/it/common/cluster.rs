@@ -38,6 +38,12 @@ fn node_log(dir: &Path, i: usize) -> Stdio {
     }
 }
 
+fn owned(env: &[(&str, &str)]) -> Vec<(String, String)> {
+    env.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 impl Cluster {
     /// Starts `nodes` nodes (ids 1..=nodes) with data under `dir` and
     /// waits until every node sees a leader for every group.
@@ -63,11 +69,21 @@ impl Cluster {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Cluster {
-        let env: Vec<(String, String)> = env
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
+        let env = owned(env);
         Cluster::start_placed(dir, nodes, extra, None, &[], &env).await
+    }
+
+    /// [`Cluster::start_with_env`] with node `i` on HTTP port `ports[i]`
+    /// (Raft on the next): a cluster whose data directories name their
+    /// peers' addresses (a golden fixture) starts where they were.
+    pub async fn start_on_ports(
+        dir: &Path,
+        ports: &[u16],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Cluster {
+        let env = owned(env);
+        Cluster::start_at(dir, ports.to_vec(), extra, None, &[], &env).await
     }
 
     /// [`Cluster::start`] with node `i` in zone `zones[i]` (named in
@@ -86,6 +102,18 @@ impl Cluster {
     ) -> Cluster {
         // Each node's HTTP port and, next to it, its Raft port.
         let ports: Vec<u16> = (0..nodes).map(|_| super::reserve_ports(2)).collect();
+        Cluster::start_at(dir, ports, extra, admin_token, zones, env).await
+    }
+
+    async fn start_at(
+        dir: &Path,
+        ports: Vec<u16>,
+        extra: &[&str],
+        admin_token: Option<&str>,
+        zones: &[&str],
+        env: &[(String, String)],
+    ) -> Cluster {
+        let nodes = ports.len();
         let peers = ports
             .iter()
             .enumerate()
