@@ -15,7 +15,8 @@
 #   - catch-up readers: every minute, 20 clients read a stream of 200 x
 #     1 KiB from its start (`runnel bench replay`).
 # The server's resident memory (VmRSS, and its anonymous part) is read
-# every minute. Per minute, the script prints and writes (OUT/SYSTEM.tsv)
+# every minute, and Runnel's own account of it by owner (the `memory`
+# section of /_runnel/status, to OUT/runnel-memory-by-owner.jsonl). Per minute, the script prints and writes (OUT/SYSTEM.tsv)
 # resident memory and the appends' p50 / p99 / p99.9, draws them
 # (OUT/sustained.svg), and checks each system against two bounds:
 #   - memory: resident memory at the end at most 5% above its value after
@@ -80,6 +81,11 @@ for sys in $systems; do
       minute=$((minute + 1))
       read -r rss anon <<<"$(resident_mb "$pid")"
       printf '%s\t%s\t%s\n' "$minute" "$rss" "$anon"
+      # Runnel's own account of its memory, by owner (other systems
+      # have no such status: nothing is written for them).
+      curl -sf "$target/_runnel/status" 2>/dev/null |
+        python3 -c 'import json, sys; print(json.dumps({"minute": int(sys.argv[1]), "memory": json.load(sys.stdin).get("memory")}))' \
+          "$minute" >>"$data/status.jsonl" 2>/dev/null || true
     done
   ) >"$data/memory.tsv" &
   sampler=$!
@@ -93,6 +99,7 @@ for sys in $systems; do
   wait $sampler || true
   kill "${helpers[@]}" 2>/dev/null || true
   cp "$data/memory.tsv" "$out/$sys-memory.tsv"
+  [ -s "$data/status.jsonl" ] && cp "$data/status.jsonl" "$out/$sys-memory-by-owner.jsonl"
   grep -E "^replay failed" "$data/replay.log" | head -3 || true
   kill $pid
   wait $pid 2>/dev/null || true

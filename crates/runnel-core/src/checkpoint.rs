@@ -29,7 +29,8 @@ use std::sync::Arc;
 /// version 9 the nodes' zones ([`crate::zones`]), version 10 whether
 /// self-healing is paused ([`crate::cluster_meta`]), version 11 the
 /// cluster a group was restored from ([`crate::restore`]), version 12
-/// the cluster version ([`crate::upgrade`]). Earlier versions still load,
+/// the cluster version ([`crate::upgrade`]) and the members' states
+/// ([`crate::member_state`]). Earlier versions still load,
 /// and a state that the later versions add nothing to is written as
 /// version 10, as release 0.1.0 wrote it.
 const CHECKPOINT_VERSION: u8 = 12;
@@ -92,7 +93,7 @@ impl StreamsState {
     pub fn capture_checkpoint(&self) -> CheckpointCapture {
         let mut w = Writer::wrap(Vec::new());
         let mut cuts = Vec::with_capacity(self.streams.len());
-        let version = if self.cluster_version.is_some() {
+        let version = if self.cluster_version.is_some() || !self.member_states.is_empty() {
             12
         } else if self.restored_from.is_some() {
             11
@@ -140,7 +141,12 @@ impl StreamsState {
             (11, Some(source)) => w.str(source),
             (12, source) => {
                 w.opt_str(source.as_deref());
-                w.u32(self.cluster_version.expect("version 12 holds one"));
+                w.opt_u64(self.cluster_version.map(u64::from));
+                w.u64(self.member_states.len() as u64);
+                for (node, state) in &self.member_states {
+                    w.u64(*node);
+                    w.u8(state.code());
+                }
             }
             _ => {}
         }
@@ -236,7 +242,16 @@ impl StreamsState {
         }
         if version >= 12 {
             state.restored_from = r.opt_string()?;
-            state.cluster_version = Some(r.u32()?);
+            state.cluster_version = r
+                .opt_u64()?
+                .map(|v| u32::try_from(v).map_err(|_| CodecError::Invalid("cluster version")))
+                .transpose()?;
+            for _ in 0..r.u64()? {
+                let node = r.u64()?;
+                let member = crate::member_state::MemberState::from_code(r.u8()?)
+                    .ok_or(CodecError::Invalid("member state"))?;
+                state.member_states.insert(node, member);
+            }
         }
         r.expect_end()?;
         Ok(state)

@@ -35,8 +35,9 @@ pub const MAX_GROUPS: u32 = 4096;
 /// The highest cluster version this build supports: the formats it may
 /// write once the cluster's control group records that version (see
 /// [`crate::upgrade`]). 1 is release 0.1.0's formats; 2 adds restoring a
-/// group from a backup (command tag 21, checkpoint version 11) and the
-/// recorded cluster version itself (command tag 22, checkpoint version 12).
+/// group from a backup (command tag 21, checkpoint version 11), the
+/// recorded cluster version itself (command tag 22, checkpoint version 12)
+/// and members' states (command tag 23, in checkpoint version 12).
 pub const CLUSTER_VERSION: u32 = 2;
 
 /// The most replicas of a group a cluster may ask for: more voters than
@@ -147,6 +148,7 @@ impl StreamsState {
 
     pub(crate) fn retire_node(&mut self, node: u64) -> Applied {
         self.zones.remove(&node);
+        self.member_states.remove(&node);
         Applied::NodeRetired {
             newly: self.retired_nodes.insert(node),
         }

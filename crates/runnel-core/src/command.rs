@@ -202,6 +202,12 @@ pub enum Command {
     SetClusterVersion {
         version: u32,
     },
+    /// Set or clear a member's state (the control group's; see
+    /// [`crate::member_state`]).
+    SetMemberState {
+        node: u64,
+        state: Option<crate::member_state::MemberState>,
+    },
 }
 
 /// The streams a command names (see [`Command::names`]).
@@ -256,7 +262,8 @@ impl Command {
             | Command::SetZones { .. }
             | Command::PauseHealing { .. }
             | Command::RestoreGroup { .. }
-            | Command::SetClusterVersion { .. } => (None, None),
+            | Command::SetClusterVersion { .. }
+            | Command::SetMemberState { .. } => (None, None),
         };
         first.into_iter().chain(second)
     }
@@ -330,6 +337,7 @@ const TAG_SET_ZONES: u8 = 19;
 const TAG_PAUSE_HEALING: u8 = 20;
 const TAG_RESTORE_GROUP: u8 = 21;
 const TAG_SET_CLUSTER_VERSION: u8 = 22;
+const TAG_SET_MEMBER_STATE: u8 = 23;
 
 impl Entry {
     /// Encodes the entry. The body's data bytes come last, so a stored
@@ -515,6 +523,11 @@ impl Entry {
             Command::SetClusterVersion { version } => {
                 w.u8(TAG_SET_CLUSTER_VERSION);
                 w.u32(*version);
+            }
+            Command::SetMemberState { node, state } => {
+                w.u8(TAG_SET_MEMBER_STATE);
+                w.u64(*node);
+                w.u8(state.map_or(0, |s| s.code()));
             }
         }
         w.raw(data);
@@ -715,6 +728,17 @@ impl Entry {
                 Command::RestoreGroup { source, checkpoint }
             }
             TAG_SET_CLUSTER_VERSION => Command::SetClusterVersion { version: r.u32()? },
+            TAG_SET_MEMBER_STATE => {
+                let node = r.u64()?;
+                let state = match r.u8()? {
+                    0 => None,
+                    code => Some(
+                        crate::member_state::MemberState::from_code(code)
+                            .ok_or(CodecError::Invalid("member state"))?,
+                    ),
+                };
+                Command::SetMemberState { node, state }
+            }
             other => return Err(CodecError::UnknownTag(other)),
         };
         let data_start = if command.body().is_some() {

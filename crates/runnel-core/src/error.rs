@@ -94,6 +94,9 @@ pub enum CoreError {
     /// A cluster version below the one recorded (see [`crate::upgrade`]).
     #[error("the cluster is at version {current}: it cannot go back to {asked}")]
     ClusterVersionLowered { current: u32, asked: u32 },
+    /// A state for a node retired for good.
+    #[error("node {node} was removed from this cluster for good: it has no state to set")]
+    RetiredMember { node: u64 },
     /// A restore entry for a group that already holds data (see
     /// [`crate::restore`]).
     #[error("this group already holds {streams} streams or subscriptions: a restore goes only into an empty group")]

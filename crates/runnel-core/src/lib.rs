@@ -23,6 +23,7 @@ pub mod fork_copy;
 pub mod history;
 pub mod json;
 pub mod listing;
+pub mod member_state;
 pub mod memory;
 pub mod offset;
 pub mod read;

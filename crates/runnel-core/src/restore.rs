@@ -72,6 +72,7 @@ impl StreamsState {
         restored.preferred_leaders = std::mem::take(&mut self.preferred_leaders);
         restored.zones = std::mem::take(&mut self.zones);
         restored.cluster_version = self.cluster_version;
+        restored.member_states = std::mem::take(&mut self.member_states);
         restored.now_ms = self.now_ms;
         restored.restored_from = Some(source.to_string());
         restored.changed = restored.streams.keys().copied().collect();

@@ -118,6 +118,12 @@ pub enum Applied {
         version: u32,
         raised: bool,
     },
+    /// A member's state set or cleared; `changed`: it was not so before.
+    MemberState {
+        node: u64,
+        state: Option<crate::member_state::MemberState>,
+        changed: bool,
+    },
 }
 
 /// A stream's metadata as responses report it.
@@ -265,6 +271,9 @@ pub struct StreamsState {
     /// The cluster version, in the control group, once recorded (see
     /// [`crate::upgrade`]); `None` is version 1.
     pub(crate) cluster_version: Option<u32>,
+    /// Members draining or filling, in the control group (see
+    /// [`crate::member_state`]).
+    pub(crate) member_states: std::collections::BTreeMap<u64, crate::member_state::MemberState>,
 }
 
 impl StreamsState {
@@ -350,6 +359,7 @@ impl StreamsState {
                 self.restore_group(source, checkpoint.as_deref())
             }
             Command::SetClusterVersion { version } => self.set_cluster_version(*version),
+            Command::SetMemberState { node, state } => self.set_member_state(*node, *state),
         }
     }
 
@@ -480,6 +490,10 @@ impl StreamsState {
         if let Some(version) = self.cluster_version {
             feed(b"cluster version ");
             feed(&version.to_le_bytes());
+        }
+        for (node, state) in &self.member_states {
+            feed(&node.to_le_bytes());
+            feed(state.as_str().as_bytes());
         }
         hash
     }

@@ -395,6 +395,9 @@ pub enum MemberChange {
     /// The cluster's self-healing is to pause (or resume: a change to the
     /// control group only; see `cluster::healing`).
     PauseHealing { paused: bool },
+    /// `node` is (or is no longer) draining: nothing is placed on it (a
+    /// change to the control group only; see `cluster::balancing`).
+    Drain { node: NodeId, draining: bool },
     /// The cluster version is to rise to what this build supports, once
     /// every member's build does (a change to the control group only;
     /// see `cluster::upgrade`).

@@ -156,6 +156,13 @@ pub enum MembershipError {
         supports: u32,
         wanted: u32,
     },
+    /// A change whose format needs a later cluster version.
+    #[error("{what} needs cluster version {needed}; the cluster is at {current} (runnel ctl upgrade finalize, once every node runs this build)")]
+    NeedsVersion {
+        what: &'static str,
+        needed: u32,
+        current: u32,
+    },
     /// A member this node has not heard from since it started.
     #[error("node {node} has not been heard from since this node started: its build is unknown; finalize once it answers")]
     MemberUnheard { node: NodeId },

@@ -282,6 +282,7 @@ fn membership_status(refusal: &MembershipError, headers: &mut HeaderMap) -> Stat
         | MembershipError::NotAVoter { .. }
         | MembershipError::NotAMember { .. }
         | MembershipError::MemberBehind { .. }
+        | MembershipError::NeedsVersion { .. }
         | MembershipError::MemberUnheard { .. }
         | MembershipError::WrongGroup { .. }
         | MembershipError::StillMember { .. }
@@ -353,9 +354,9 @@ fn core_status(e: &CoreError, headers: &mut HeaderMap) -> StatusCode {
         | CoreError::InvalidGroup { .. }
         | CoreError::InvalidZone(_)
         | CoreError::TooManyZones { .. } => StatusCode::BAD_REQUEST,
-        CoreError::ZoneChanged { .. } | CoreError::ClusterVersionLowered { .. } => {
-            StatusCode::CONFLICT
-        }
+        CoreError::ZoneChanged { .. }
+        | CoreError::ClusterVersionLowered { .. }
+        | CoreError::RetiredMember { .. } => StatusCode::CONFLICT,
         // Internal: the engine resolves these before proposing, and
         // tiering and restore commands never come from a client.
         CoreError::SubOffsetInTieredHistory

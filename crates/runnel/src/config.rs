@@ -134,6 +134,13 @@ pub struct ServeArgs {
     /// `runnel ctl rebalance pause` pauses it cluster-wide [default: 300].
     #[arg(long)]
     pub dead_node_after: Option<u64>,
+    /// In a cluster, how long a member may hold no replica of a data group
+    /// (it joined, or came back after self-healing) before the groups'
+    /// leaders move replicas onto it, one move per leader at a time, up to
+    /// its share; 0 never moves them. `runnel ctl rebalance pause` pauses
+    /// it cluster-wide [default: 30].
+    #[arg(long)]
+    pub rebalance_after: Option<u64>,
     /// In a cluster, who finalises a rolling upgrade: `auto`, the control
     /// group's leader once every member runs a build that supports the
     /// new cluster version; or `manual`, an operator (`runnel ctl upgrade
@@ -326,6 +333,8 @@ pub struct ClusterSettings {
     pub dead_node_after: Option<Duration>,
     /// `--upgrade-finalize`.
     pub finalize_upgrade: runnel_engine::cluster::upgrade::FinalizeUpgrade,
+    /// `--rebalance-after` (`None`: 0, never).
+    pub rebalance_after: Option<Duration>,
 }
 
 /// Everything `serve` needs, resolved.
@@ -531,6 +540,11 @@ impl ServeArgs {
                         Some(0) => None,
                         Some(secs) => Some(Duration::from_secs(secs)),
                         None => Some(runnel_engine::cluster::DEFAULT_DEAD_NODE_AFTER),
+                    },
+                    rebalance_after: match pick!(rebalance_after) {
+                        Some(0) => None,
+                        Some(secs) => Some(Duration::from_secs(secs)),
+                        None => Some(runnel_engine::cluster::DEFAULT_REBALANCE_AFTER),
                     },
                     finalize_upgrade: pick!(upgrade_finalize)
                         .map(|mode| mode.parse())

@@ -273,10 +273,17 @@ fn render(status: &serde_json::Value) -> String {
     ));
     let zones = &status["zones"];
     let zone_of = |id: &str| zones[id].as_str().map(str::to_string);
+    let member_states = &status["rebalancing"]["members"];
     if let Some(nodes) = status["nodes"].as_object() {
         for (id, addr) in nodes {
             let zone = zone_of(id).map_or(String::new(), |z| format!("  zone {z}"));
-            out.push_str(&format!("  {id}  {}{zone}\n", addr.as_str().unwrap_or("?")));
+            let state = member_states[id]
+                .as_str()
+                .map_or(String::new(), |s| format!("  {s}"));
+            out.push_str(&format!(
+                "  {id}  {}{zone}{state}\n",
+                addr.as_str().unwrap_or("?")
+            ));
         }
     }
     out.push_str(&render_healing(&status["healing"]));

@@ -155,6 +155,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
                 config.zone = cluster.zone.clone();
                 config.dead_node_after = cluster.dead_node_after;
                 config.finalize_upgrade = cluster.finalize_upgrade;
+                config.rebalance_after = cluster.rebalance_after;
                 if settings.restore {
                     let from = runnel_engine::cluster::restore::prepare(
                         &config,

@@ -148,7 +148,7 @@ impl ClusterNode {
     /// Every group's voters, the leader first where known: from this
     /// node's copy of the groups it holds, from their leaders for the
     /// others (`None` if any does not answer: the plan would be wrong).
-    async fn current_placement(&self) -> Option<Placement> {
+    pub(super) async fn current_placement(&self) -> Option<Placement> {
         let mut groups = Vec::with_capacity(self.groups.len());
         for g in &self.groups {
             let mut voters: Vec<NodeId> = if self.holds(g) {
@@ -183,10 +183,11 @@ impl ClusterNode {
         }
         let control = &self.groups[CONTROL_GROUP];
         let (voters, learners) = members(control);
-        let live: Vec<NodeId> = voters
-            .union(&learners)
-            .filter(|n| !dead.contains(n) && !self.is_retired(**n))
-            .copied()
+        // A draining member (`ctl node remove`) takes no replica either.
+        let live: Vec<NodeId> = self
+            .placeable_members()
+            .into_iter()
+            .filter(|n| !dead.contains(n))
             .collect();
         let replication = self.replication();
         if live.len() < replication.min(voters.len() + learners.len()) {

@@ -113,6 +113,10 @@ impl ClusterNode {
                 only_through_control(group, "self-healing is paused or resumed")?;
                 self.pause_healing(paused).await?
             }
+            MemberChange::Drain { node, draining } => {
+                only_through_control(group, "a member's draining is recorded")?;
+                self.set_draining(node, draining).await?
+            }
             MemberChange::FinalizeUpgrade => {
                 only_through_control(group, "an upgrade is finalised")?;
                 self.finalize_upgrade().await?

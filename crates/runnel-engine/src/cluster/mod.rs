@@ -66,6 +66,7 @@ use hosting::Hosting;
 use identity::Identity;
 
 mod backup;
+mod balancing;
 mod collect;
 mod control_voters;
 mod formation;
@@ -133,6 +134,9 @@ pub struct ClusterConfig {
     pub dead_node_after: Option<Duration>,
     /// Who finalises an upgrade ([`upgrade`]).
     pub finalize_upgrade: upgrade::FinalizeUpgrade,
+    /// A member that has held no data group for this long takes replicas
+    /// ([`balancing`]); `None`: never.
+    pub rebalance_after: Option<Duration>,
 }
 
 /// A member whose `--peers` do not name it.
@@ -143,6 +147,9 @@ pub struct NotInPeers(pub NodeId);
 /// How long a member may be silent before its replicas move, unless
 /// `--dead-node-after` says.
 pub const DEFAULT_DEAD_NODE_AFTER: Duration = Duration::from_secs(300);
+/// `--rebalance-after`'s default: how long a member holds no data group
+/// before replicas move onto it ([`balancing`]).
+pub const DEFAULT_REBALANCE_AFTER: Duration = Duration::from_secs(30);
 
 /// Replicas of each data group unless `--replication-factor` says.
 pub const DEFAULT_REPLICATION: usize = 3;
@@ -164,6 +171,7 @@ impl ClusterConfig {
             zone: None,
             dead_node_after: Some(DEFAULT_DEAD_NODE_AFTER),
             finalize_upgrade: upgrade::FinalizeUpgrade::default(),
+            rebalance_after: Some(DEFAULT_REBALANCE_AFTER),
         }
     }
 }
@@ -208,6 +216,10 @@ pub struct ClusterNode {
     restore_source: Option<String>,
     /// `--upgrade-finalize` ([`upgrade`]).
     finalize_mode: upgrade::FinalizeUpgrade,
+    /// `--rebalance-after`, and what continuous rebalancing did
+    /// ([`balancing`]).
+    fill_after: Option<Duration>,
+    balancing: balancing::BalancingState,
     tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
@@ -548,6 +560,9 @@ impl ClusterNode {
             if restore_source.is_some() {
                 tasks.push(tokio::spawn(restore::restore(me.clone())));
             }
+            if let Some(after) = config.rebalance_after {
+                tasks.push(tokio::spawn(balancing::balance(me.clone(), after)));
+            }
             tasks.push(tokio::spawn(upgrade::finalize_when_ready(
                 me.clone(),
                 config.finalize_upgrade,
@@ -578,6 +593,8 @@ impl ClusterNode {
                 restoring,
                 restore_source,
                 finalize_mode: config.finalize_upgrade,
+                fill_after: config.rebalance_after,
+                balancing: balancing::BalancingState::default(),
                 tasks,
             }
         }))

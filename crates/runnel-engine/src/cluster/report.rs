@@ -38,6 +38,10 @@ impl ClusterNode {
                     .moves
                     .load(std::sync::atomic::Ordering::Relaxed),
                 silent_members: self.silent_members().len() as u64,
+                rebalance_moves: self
+                    .balancing
+                    .moves
+                    .load(std::sync::atomic::Ordering::Relaxed),
             }),
         }
     }
@@ -132,6 +136,7 @@ impl ClusterNode {
             },
             "cluster_id": self.cluster_id(),
             "cluster_version": self.version_status(),
+            "rebalancing": self.balancing_status(),
             "replication_factor": self.replication(),
             "retired_nodes": self.groups[crate::control::CONTROL_GROUP]
                 .view()

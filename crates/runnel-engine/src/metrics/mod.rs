@@ -40,6 +40,8 @@ pub struct NodeMetrics {
 pub struct HealingMetrics {
     pub moves: u64,
     pub silent_members: u64,
+    /// Replicas moved onto filling members (`cluster::balancing`).
+    pub rebalance_moves: u64,
 }
 
 /// Bytes the groups keep in memory, by owner: estimates from the sizes and

@@ -6,8 +6,9 @@
 //! from the cluster for good, and `?replication=R` to group 0 sets the
 //! cluster's replication factor (`runnel ctl node rebalance`), and
 //! `?zone=N:ZONE` records node N's zone, `?healing=pause|resume` pauses
-//! or resumes self-healing, `?upgrade=finalize` raises the cluster
-//! version. `?lead=N`
+//! or resumes self-healing and rebalancing, `?upgrade=finalize` raises
+//! the cluster version, `?drain=N` (`?undrain=N`) marks node N as being
+//! emptied, so that nothing is placed on it (or no longer). `?lead=N`
 //! moves the group's leadership to its voter N, `?lead-away=N` off N if
 //! N leads it (before N's replica moves away). Group 0 has five voters
 //! at most: `?learn=N&addr=HOST:PORT` makes N one of its learners, and
@@ -101,6 +102,14 @@ fn parse(app: &AppState, request: &Request) -> Result<(u32, MemberChange), ApiEr
                 changes.push(MemberChange::PauseHealing { paused: false })
             }
             Some(("upgrade", "finalize")) => changes.push(MemberChange::FinalizeUpgrade),
+            Some(("drain", value)) => changes.push(MemberChange::Drain {
+                node: strict_integer(value, "drain")?,
+                draining: true,
+            }),
+            Some(("undrain", value)) => changes.push(MemberChange::Drain {
+                node: strict_integer(value, "undrain")?,
+                draining: false,
+            }),
             Some(("replication", value)) => {
                 let factor = strict_integer(value, "replication")?;
                 let factor = u32::try_from(factor).map_err(|_| {
@@ -127,7 +136,7 @@ fn usage() -> ApiError {
     ApiError::bad(
         "a membership change is one of ?add=NODE_ID&addr=HOST:PORT, \
          ?learn=NODE_ID&addr=HOST:PORT, ?remove=NODE_ID, ?demote=NODE_ID, ?retire=NODE_ID, \
-         ?replication=FACTOR, ?zone=NODE_ID:ZONE, ?healing=pause|resume, ?upgrade=finalize, ?lead=NODE_ID, ?lead-away=NODE_ID or \
+         ?replication=FACTOR, ?zone=NODE_ID:ZONE, ?healing=pause|resume, ?upgrade=finalize, ?drain=NODE_ID, ?undrain=NODE_ID, ?lead=NODE_ID, ?lead-away=NODE_ID or \
          ?prefer=GROUP:NODE_ID,...",
     )
 }

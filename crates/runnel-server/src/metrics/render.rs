@@ -329,6 +329,12 @@ fn render_engine(out: &mut Out, e: &NodeMetrics) {
             "Members of the groups this node leads that do not answer now.",
             healing.silent_members,
         );
+        out.one(
+            "runnel_rebalance_moves_total",
+            "counter",
+            "Replicas this node, as their group's leader, moved onto members that held none (continuous rebalancing).",
+            healing.rebalance_moves,
+        );
     }
     // One gauge family per figure, one sample per group (`None`: no
     // sample for that group).

@@ -33,6 +33,7 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
                 return Err(format!("node {node_id} is the cluster's last node"));
             }
             warn_if_short(&layout, members.len());
+            drain(&common, node_id)?;
             let moved = place(&common, &layout, &members, &BTreeMap::new())?;
             let done = every_group(&common, &format!("remove={node_id}"), print)?;
             println!("node {node_id} removed in all {done} groups ({moved} replica moves)");
@@ -50,6 +51,7 @@ pub fn run(command: NodeCommand) -> Result<(), String> {
             members.remove(&node_id);
             members.insert(new_node_id);
             let addrs = BTreeMap::from([(new_node_id, addr)]);
+            drain(&common, node_id)?;
             let moved = place(&common, &layout, &members, &addrs)?;
             let done = every_group(&common, &format!("remove={node_id}"), print)?;
             println!(
@@ -107,6 +109,10 @@ pub(crate) fn add(args: &NodeArgs, node_id: u64, addr: &str) -> Result<(usize, u
     check_newcomer(args, node_id, addr)?;
     let layout = Layout::read(args)?;
     let mut members: BTreeSet<u64> = layout.nodes.keys().copied().collect();
+    if members.contains(&node_id) {
+        // A member added again (a removal given up): no longer draining.
+        mark_draining(args, node_id, false)?;
+    }
     members.insert(node_id);
     let addrs = BTreeMap::from([(node_id, addr.to_string())]);
     place(args, &layout, &members, &addrs)?;
@@ -219,6 +225,30 @@ pub(crate) fn lead_away(args: &NodeArgs, group: usize, node: u64) -> Result<(), 
         );
     }
     Ok(())
+}
+
+/// Marks `node_id` as draining before its replicas move away, so that
+/// continuous rebalancing places nothing on it.
+fn drain(args: &NodeArgs, node_id: u64) -> Result<(), String> {
+    mark_draining(args, node_id, true)
+}
+
+/// Marks `node_id` as draining, or no longer. A cluster below version 2
+/// cannot record it (nor does it rebalance), and a control group led by
+/// release 0.1.0 does not know the request: those refusals pass.
+fn mark_draining(args: &NodeArgs, node_id: u64, draining: bool) -> Result<(), String> {
+    let word = if draining { "drain" } else { "undrain" };
+    let path = format!("/_runnel/cluster/groups/0/members?{word}={node_id}");
+    match change_group(args, &path, 0) {
+        Ok(_) => Ok(()),
+        Err(e)
+            if e.contains("needs cluster version")
+                || e.contains("a membership change is one of") =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Removes `node_id`, a member of no group any more, from the cluster for

@@ -28,6 +28,7 @@ mod listing;
 mod live;
 mod membership;
 mod metrics;
+mod rebalancing;
 mod removed_node;
 mod replica_move;
 mod replication_factor;
