@@ -3,7 +3,7 @@
 # js-tests/package-lock.json) against a release build of runnel on
 # durable storage.
 #
-# Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [--tls] [--h2] [--saturate] [--only PATTERN] [-- SERVE FLAGS...]
+# Usage: scripts/conformance.sh [path/to/runnel] [--cluster] [--zone-loss] [--tls] [--h2] [--saturate] [--only PATTERN] [-- SERVE FLAGS...]
 #
 # It passes only with exactly 338 tests passed and none failed, skipped or
 # marked todo (vitest's own exit code is 0 with skipped tests). --only
@@ -31,6 +31,11 @@
 # (one led by each node) and runs the suite through node 3: requests for
 # two groups in three are forwarded to their leader, and forks mostly
 # cross groups (the fork copies its source from the source's group).
+#
+# With --zone-loss it starts 6 nodes in three zones of two (replication
+# factor 3), kills both nodes of zone a (SIGKILL) once every group has a
+# leader, waits until node 6 is ready again, and runs the suite through
+# it: a cluster that lost a whole zone serves the whole protocol.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/target/release/runnel
@@ -38,6 +43,7 @@ bin=$root/target/release/runnel
 # the subscription tests): a run must pass every one of them, no fewer.
 EXPECTED_TESTS=${EXPECTED_TESTS:-338}
 cluster=0
+zone_loss=0
 tls=0
 h2=0
 saturate=0
@@ -46,6 +52,7 @@ extra=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --cluster) cluster=1 ;;
+    --zone-loss) cluster=1 zone_loss=1 ;;
     --tls) tls=1 ;;
     --h2) tls=1 h2=1 ;;
     --saturate) saturate=1 ;;
@@ -106,12 +113,17 @@ if [ "$cluster" = 0 ]; then
   wait_healthy "$port"
   target=$port
 else
-  read -r -a ports <<<"$(free_port_pairs 3)"
+  nodes=3
+  [ "$zone_loss" = 1 ] && nodes=6
+  read -r -a ports <<<"$(free_port_pairs $nodes)"
+  zones=(a a b b c c)
   peers=""
-  for id in 1 2 3; do
-    peers="$peers${peers:+,}$id=127.0.0.1:${ports[id - 1]}"
+  for id in $(seq $nodes); do
+    zone=""
+    [ "$zone_loss" = 1 ] && zone="@${zones[id - 1]}"
+    peers="$peers${peers:+,}$id=127.0.0.1:${ports[id - 1]}$zone"
   done
-  for id in 1 2 3; do
+  for id in $(seq $nodes); do
     node_tls=()
     if [ "$tls" = 1 ]; then
       node_tls=(--cluster-ca "$data/ca/ca.pem" --cluster-cert "$data/ca/node-$id.pem"
@@ -122,14 +134,27 @@ else
     pids+=($!)
   done
   for port in "${ports[@]}"; do wait_healthy "$port"; done
-  # Test through node 3 once every group has a leader.
-  target=${ports[2]}
+  # Test through the last node once every group has a leader.
+  target=${ports[nodes - 1]}
   for _ in $(seq 100); do
     curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/_runnel/status" |
       python3 -c 'import json,sys; s=json.load(sys.stdin); sys.exit(0 if all(g.get("leader") for g in s["groups"]) else 1)' &&
       break
     sleep 0.1
   done
+  if [ "$zone_loss" = 1 ]; then
+    # Every group must span the zones before one is lost.
+    curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/_runnel/status" |
+      python3 -c 'import json,sys; s=json.load(sys.stdin); exposed=s["quorum_in_one_zone"]; sys.exit(f"conformance: quorums inside one zone: {exposed}" if exposed else 0)'
+    kill -9 "${pids[0]}" "${pids[1]}"
+    echo "zone a (nodes 1 and 2) killed"
+    ready=0
+    for _ in $(seq 300); do
+      curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/ready" >/dev/null && { ready=1; break; }
+      sleep 0.1
+    done
+    [ "$ready" = 1 ] || { echo "conformance: node $nodes not ready after losing zone a" >&2; exit 1; }
+  fi
   curl -sf "${curl_tls[@]}" "$scheme://127.0.0.1:$target/_runnel/status" |
     python3 -c 'import json,sys; s=json.load(sys.stdin); print("leaders:", [g.get("leader") for g in s["groups"]])'
 fi

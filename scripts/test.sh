@@ -16,10 +16,11 @@
 #    - fuzz: half of the fuzz targets (built with plain cargo and
 #      libFuzzer's instrumentation, in fuzz/target), each run for a
 #      bounded time from the committed seeds;
-#    - protocol: the conformance suite five ways at once (tiering every
-#      append; a 3-node cluster tiering to a shared store; a cluster while
-#      another process saturates the disk and a CPU; HTTPS; HTTP/2 through
-#      a cluster on mutual TLS), each required to pass exactly 338 tests,
+#    - protocol: the conformance suite six ways (tiering every append; a
+#      3-node cluster tiering to a shared store; a cluster while another
+#      process saturates the disk and a CPU; HTTPS; HTTP/2 through a
+#      cluster on mutual TLS; through a node of a 6-node cluster in three
+#      zones that lost a zone), each required to pass exactly 338 tests,
 #      and shown to fail a run that skips tests; the console in headless
 #      Chromium; README's commands as printed (scripts/readme-check.sh);
 #    - power: power loss on runnel-faultfs (a single node, and one node of a
@@ -146,13 +147,15 @@ lane_e2e() {
 # history into the log: every append is its own chunk, tiered at once.
 tiny_tiers=(--tier-chunk-bytes 1 --tier-max-age-secs 0 --tier-interval-ms 20)
 # The suite waits on clocks (TTLs, long-polls) far more than it computes:
-# two runs at a time share the lane.
+# two or three runs at a time share the lane.
 lane_protocol() {
   # The count check itself: a run that skips all but a few tests fails.
   run protocol conformance-skips-are-caught expect_failure "expected exactly 338 passed" \
     scripts/conformance.sh "$bin" --only "should create"
   run protocol conformance-tiering scripts/conformance.sh "$bin" -- "${tiny_tiers[@]}" &
   run protocol conformance-https scripts/conformance.sh "$bin" --tls &
+  # Through a node of a cluster that lost a whole zone (both of its nodes).
+  run protocol conformance-zone-loss scripts/conformance.sh "$bin" --zone-loss &
   wait
   run protocol conformance-cluster-tiering scripts/conformance.sh "$bin" --cluster -- \
     --object-store 'file://{data}/objects' "${tiny_tiers[@]}" &
