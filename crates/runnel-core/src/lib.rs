@@ -12,6 +12,7 @@
 //! exhaustively and every replica that applies the same entries reaches
 //! the same state.
 
+pub mod applied;
 pub mod checkpoint;
 mod chunk_index;
 pub mod cluster_meta;
