@@ -11,6 +11,15 @@
 //! its end, and the log becomes durable as a prefix. So a truncation mark
 //! needs no fsync of its own: any later entry that is durable implies it.
 //! Votes are waited for before openraft is answered.
+//!
+//! Purges wait for the snapshot that covers them. openraft 0.9 asks a
+//! follower to purge up to an incoming snapshot before the snapshot is
+//! installed, while the state machine may still be applying entries it
+//! replaces; a purge done at once would pull those entries from under it,
+//! and a purge record made durable before the snapshot file would leave a
+//! node that crashed in between with neither. So a purge beyond the
+//! group's snapshot file is held ([`GroupLog::request_purge`]) and done
+//! once a snapshot covering it is persisted ([`snapshot_persisted`]).
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
@@ -139,6 +148,12 @@ pub struct GroupLog {
     /// Entries appended but maybe not durable yet (the log reads only
     /// durable bytes), served from memory until they are.
     unflushed: BTreeMap<u64, (RaftEntry, u64)>,
+    /// The last entry the group's persisted snapshot file covers: the
+    /// log may be purged up to it and no further.
+    snapshot_covers: Option<LogId>,
+    /// A purge openraft asked for beyond `snapshot_covers`, done once a
+    /// snapshot covers it.
+    held_purge: Option<LogId>,
 }
 
 impl GroupLog {
@@ -195,8 +210,12 @@ impl GroupLog {
         self.unflushed.split_off(&index);
     }
 
-    /// Removes the entries up to `log_id`.
+    /// Removes the entries up to `log_id` (a purge never moves back:
+    /// records of two purges may be replayed in either order).
     fn purge(&mut self, log_id: LogId) {
+        if self.last_purged >= Some(log_id) {
+            return;
+        }
         let drop = (log_id.index + 1).saturating_sub(self.first_index) as usize;
         self.entries.drain(..drop.min(self.entries.len()));
         self.first_index = self.first_index.max(log_id.index + 1);
@@ -211,6 +230,30 @@ impl GroupLog {
                 break;
             }
             first.remove();
+        }
+    }
+
+    /// openraft asks to purge up to `log_id`: returns the purge to do now,
+    /// or holds it until a snapshot file covers it.
+    fn request_purge(&mut self, log_id: LogId) -> Option<LogId> {
+        if self.snapshot_covers >= Some(log_id) {
+            return Some(log_id);
+        }
+        if self.held_purge < Some(log_id) {
+            self.held_purge = Some(log_id);
+        }
+        None
+    }
+
+    /// A snapshot file covering up to `last` is durable: returns the held
+    /// purge it now covers, if any.
+    fn covered_by_snapshot(&mut self, last: LogId) -> Option<LogId> {
+        if self.snapshot_covers < Some(last) {
+            self.snapshot_covers = Some(last);
+        }
+        match self.held_purge {
+            Some(held) if Some(held) <= self.snapshot_covers => self.held_purge.take(),
+            _ => None,
         }
     }
 
@@ -254,9 +297,8 @@ impl GroupLog {
     /// After recovery: entries up to a loaded snapshot are covered by it,
     /// and its vote may be newer than any vote record replayed.
     pub fn start_after_snapshot(&mut self, last: LogId, vote: Option<Vote>) {
-        if self.last_purged.is_none_or(|p| p < last) {
-            self.purge(last);
-        }
+        self.snapshot_covers = Some(last);
+        self.purge(last);
         if vote > self.vote {
             self.vote = vote;
         }
@@ -470,8 +512,145 @@ impl RaftLogStorage<TypeConfig> for JournalStore {
     }
 
     async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError> {
-        self.append_record(kind::PURGE, &log_id)?;
-        self.index.lock().expect("raft index lock").purge(log_id);
-        Ok(())
+        let mut index = self.index.lock().expect("raft index lock");
+        match index.request_purge(log_id) {
+            Some(upto) => write_purge(&self.log, self.group, &mut index, upto)
+                .map_err(|e| storage_error(ErrorSubject::Logs, ErrorVerb::Write, e)),
+            None => {
+                tracing::debug!(group = self.group, upto = %log_id, "purge held until a snapshot covers it");
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A snapshot file of `group` covering up to `last` is durable: does the
+/// purge held for it, if any.
+pub fn snapshot_persisted(
+    log: &Log,
+    group: u32,
+    index: &Mutex<GroupLog>,
+    last: LogId,
+) -> Result<(), LogError> {
+    let mut index = index.lock().expect("raft index lock");
+    match index.covered_by_snapshot(last) {
+        Some(upto) => write_purge(log, group, &mut index, upto),
+        None => Ok(()),
+    }
+}
+
+/// Records a purge and drops the entries. The record is appended under
+/// the index lock, so purge records lie in the log in the order they were
+/// made. It needs no fsync: losing it only keeps entries a snapshot
+/// already covers.
+fn write_purge(log: &Log, group: u32, index: &mut GroupLog, upto: LogId) -> Result<(), LogError> {
+    let mut record = Vec::new();
+    encode_record(group, kind::PURGE, &upto, &mut record);
+    log.append(&record)?;
+    index.purge(upto);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::{CommittedLeaderId, EntryPayload};
+    use runnel_log::{LogOptions, SyncMode};
+
+    const GROUP: u32 = 7;
+
+    fn log_id(index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(1, 1), index)
+    }
+
+    fn open(dir: &std::path::Path) -> (Arc<Log>, GroupLog) {
+        let options = LogOptions {
+            segment_bytes: 1 << 20,
+            sync: SyncMode::Never,
+            ..LogOptions::default()
+        };
+        let mut replayed = GroupLog::default();
+        let log = Log::open(dir, options, Box::new(|_| {}), |record| {
+            replayed
+                .replay(record.payload_pos, record.payload)
+                .expect("a record this test wrote");
+            Ok(())
+        })
+        .expect("open the log");
+        (Arc::new(log), replayed)
+    }
+
+    fn store_with_entries(log: &Arc<Log>, upto: u64) -> JournalStore {
+        let index = Arc::new(Mutex::new(GroupLog::default()));
+        let mut record = Vec::new();
+        for i in 1..=upto {
+            let entry = RaftEntry {
+                log_id: log_id(i),
+                payload: EntryPayload::Blank,
+            };
+            encode_record(GROUP, kind::ENTRY, &entry, &mut record);
+            let at = log.append(&record).expect("append");
+            index.lock().unwrap().push(EntryLoc {
+                log_id: entry.log_id,
+                payload_pos: at.payload_pos,
+                payload_len: record.len() as u32,
+            });
+        }
+        JournalStore::new(GROUP, Arc::clone(log), Durability::new(), index)
+    }
+
+    /// openraft's follower asks to purge up to an incoming snapshot before
+    /// installing it: the entries stay until the snapshot file is written,
+    /// and no purge record reaches the log before it.
+    #[tokio::test]
+    async fn a_purge_waits_for_the_snapshot_that_covers_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let (log, _) = open(dir.path());
+        let mut store = store_with_entries(&log, 10);
+
+        store.purge(log_id(8)).await.unwrap();
+        {
+            let index = store.index.lock().unwrap();
+            assert_eq!(index.last_purged(), None, "purged with no snapshot");
+            assert!(index.get(5).is_some(), "an entry left before its snapshot");
+        }
+        log.sync_written().unwrap();
+        let (_, replayed) = open(dir.path());
+        assert_eq!(
+            replayed.last_purged(),
+            None,
+            "a purge record before the snapshot"
+        );
+
+        // A snapshot up to 6 covers part of it: nothing is purged yet.
+        snapshot_persisted(&log, GROUP, &store.index, log_id(6)).unwrap();
+        assert_eq!(store.index.lock().unwrap().last_purged(), None);
+
+        snapshot_persisted(&log, GROUP, &store.index, log_id(8)).unwrap();
+        {
+            let index = store.index.lock().unwrap();
+            assert_eq!(index.last_purged(), Some(log_id(8)));
+            assert!(index.get(8).is_none() && index.get(9).is_some());
+        }
+        // Covered purges are done at once; an older one changes nothing.
+        store.purge(log_id(5)).await.unwrap();
+        assert_eq!(store.index.lock().unwrap().last_purged(), Some(log_id(8)));
+
+        log.sync_written().unwrap();
+        drop(store);
+        drop(log);
+        let (_, replayed) = open(dir.path());
+        assert_eq!(replayed.last_purged(), Some(log_id(8)));
+        assert_eq!(replayed.get(9).map(|l| l.log_id), Some(log_id(9)));
+    }
+
+    #[test]
+    fn a_snapshot_found_at_start_covers_purges() {
+        let mut index = GroupLog::default();
+        index.start_after_snapshot(log_id(4), None);
+        assert_eq!(index.request_purge(log_id(4)), Some(log_id(4)));
+        assert_eq!(index.request_purge(log_id(5)), None);
+        assert_eq!(index.covered_by_snapshot(log_id(5)), Some(log_id(5)));
+        assert_eq!(index.covered_by_snapshot(log_id(6)), None);
     }
 }

@@ -18,7 +18,7 @@ use openraft::{
 };
 use runnel_core::Entry;
 
-use super::journal::{Durability, GroupLog};
+use super::journal::{self, Durability, GroupLog};
 use super::snapshot::{self, FileHeader, SnapshotError, SnapshotFile};
 use super::{
     kind, storage_error, ApplyOutcome, LogId, NodeId, RaftEntry, StorageError, TypeConfig,
@@ -169,7 +169,12 @@ impl GroupShared {
         .await
         .map_err(snapshot_error)?
         .map_err(snapshot_error)?;
+        let last = file.last_log_id();
         *self.persisted.lock().expect("snapshot lock") = Some(Persisted { file, live });
+        if let Some(last) = last {
+            journal::snapshot_persisted(&self.view.log, self.group, &self.index, last)
+                .map_err(snapshot_error)?;
+        }
         Ok(())
     }
 }
