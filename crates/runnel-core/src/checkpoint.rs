@@ -74,11 +74,22 @@ impl CheckpointCapture {
     /// Every log range a live byte of the captured state lives at (see
     /// [`StreamsState::live_ranges`]).
     pub fn live_ranges(&self) -> Vec<(u64, u64)> {
-        let mut ranges = self.snapshot_ranges.clone();
-        for (_, chunks) in &self.cuts {
-            ranges.extend(chunks.iter().map(|c| (c.loc, c.len)));
-        }
+        let mut ranges = Vec::new();
+        self.for_each_live_range(|loc, len| ranges.push((loc, len)));
         ranges
+    }
+
+    /// Calls `f` with each of [`CheckpointCapture::live_ranges`], without
+    /// collecting them (a large group has one per untiered append).
+    pub fn for_each_live_range(&self, mut f: impl FnMut(u64, u64)) {
+        for &(loc, len) in &self.snapshot_ranges {
+            f(loc, len);
+        }
+        for (_, chunks) in &self.cuts {
+            for c in chunks.iter() {
+                f(c.loc, c.len);
+            }
+        }
     }
 }
 
@@ -265,9 +276,7 @@ impl StreamsState {
     /// relocates; a chunk is one contiguous range, so it moves as a whole.
     pub fn relocate(&mut self, relocate: impl Fn(u64) -> u64) {
         for s in self.streams.values_mut() {
-            for chunk in s.chunks.iter_mut() {
-                chunk.loc = relocate(chunk.loc);
-            }
+            s.chunks.relocate(&relocate);
             let Some(x) = s.extras.as_deref_mut() else {
                 continue;
             };

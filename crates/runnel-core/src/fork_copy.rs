@@ -22,6 +22,7 @@
 //! can be retried and a failed create can release its pin without
 //! touching the pin of an existing fork of the same name.
 
+use crate::chunk_index::ChunkRef;
 use crate::codec::{CodecError, Reader, Writer};
 use crate::command::StreamId;
 use crate::error::CoreError;
@@ -288,7 +289,7 @@ impl StreamsState {
                     let end = chunk.end.min(limit);
                     return (pos < end).then_some((Stored::Object(s.id, chunk), end));
                 }
-                let chunk = &s.chunks[s.own_chunk_index(pos)?];
+                let chunk = s.chunks.get(s.own_chunk_index(pos)?)?;
                 let end = chunk.end().min(limit);
                 return (pos < end).then_some((Stored::Log(chunk), end));
             }
@@ -338,7 +339,7 @@ pub fn inherited_from_object(
 
 /// Where a byte of a stream is stored.
 enum Stored<'a> {
-    Log(&'a Chunk),
+    Log(ChunkRef<'a>),
     Object(StreamId, &'a ColdChunk),
 }
 

@@ -609,7 +609,7 @@ impl StreamsState {
                     })
                     .filter(|v| pos < v.end);
                 }
-                let chunk = &s.chunks[s.own_chunk_index(pos)?];
+                let chunk = s.chunks.get(s.own_chunk_index(pos)?)?;
                 return Some(ChunkView {
                     start: chunk.start,
                     end: chunk.end().min(limit),

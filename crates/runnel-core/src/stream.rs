@@ -78,10 +78,6 @@ pub(crate) struct Chunk {
 const _: () = assert!(std::mem::size_of::<Chunk>() == 40);
 
 impl Chunk {
-    pub fn end(&self) -> u64 {
-        self.start + self.len
-    }
-
     /// The chunk's message ends (none for a chunk of one message).
     pub fn ends(&self) -> Option<&[u32]> {
         self.message_ends.as_ref().map(MessageEnds::as_slice)
@@ -271,7 +267,7 @@ impl StreamState {
     pub(crate) fn own_chunk_index(&self, pos: u64) -> Option<usize> {
         let idx = self.chunks.partition_point(|c| c.start <= pos);
         let idx = idx.checked_sub(1)?;
-        (pos < self.chunks[idx].end()).then_some(idx)
+        (pos < self.chunks.get(idx)?.end()).then_some(idx)
     }
 
     /// The snapshot a bootstrap starts from: the newest by offset, the

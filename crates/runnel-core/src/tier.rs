@@ -267,7 +267,7 @@ impl StreamsState {
             return Err(refused("the chunk does not start at the first hot byte"));
         }
         let covered = s.chunks.partition_point(|c| c.end() <= chunk.end);
-        if covered == 0 || s.chunks[covered - 1].end() != chunk.end {
+        if covered == 0 || s.chunks.get(covered - 1).map(|c| c.end()) != Some(chunk.end) {
             return Err(refused("the chunk does not end on an append boundary"));
         }
         s.chunks.remove_front(covered);
@@ -393,7 +393,7 @@ impl StreamsState {
                         at_ms: c.at_ms,
                     });
                 }
-                let start = s.chunks[0].start;
+                let start = s.chunks.first().expect("due streams have hot chunks").start;
                 TierWork {
                     stream: s.id,
                     json: s.is_json(),

@@ -13,7 +13,8 @@
 //! bytes moved forward so that a later checkpoint can delete them (see
 //! [`crate::copy_forward`]). The local engine's round (capture, store,
 //! collect, copy forward) is `node::checkpoint_and_collect`; this module
-//! holds the file format and the live-range set both engines collect by.
+//! holds the file format and the per-segment live bytes both engines
+//! collect by ([`SegmentLive`]).
 //!
 //! File layout: `RNLCKPT1`, group count (u32), then per group its
 //! `applied_end` (u64), state length (u64) and state bytes, then a CRC32C
@@ -182,32 +183,70 @@ pub(crate) fn store(dir: &Path, bytes: &[u8]) -> std::io::Result<()> {
     std::fs::File::open(dir)?.sync_all()
 }
 
-/// Log ranges holding live bytes, sorted, with the running maximum of
-/// their ends so a segment check is one binary search.
-pub(crate) struct LiveSet {
-    starts: Vec<u64>,
-    max_end: Vec<u64>,
+/// Live bytes per sealed log segment, counted from the live ranges in
+/// one pass: what a checkpoint's collection and copy-forward decide by,
+/// without a list of the ranges (a large state has one per untiered
+/// append, and the lists were most of a checkpoint's transient memory).
+///
+/// Each live range lies inside one record, so inside one segment. A range
+/// that several forks share is counted once per fork: a segment may look
+/// less sparse than it is, never more.
+pub(crate) struct SegmentLive {
+    /// `(base, end)` of the sealed segments wholly before the position
+    /// counted to, ascending.
+    segments: Vec<(u64, u64)>,
+    bytes: Vec<u64>,
+    touched: Vec<bool>,
 }
 
-impl LiveSet {
-    pub(crate) fn new(mut ranges: Vec<(u64, u64)>) -> LiveSet {
-        ranges.sort_unstable();
-        let mut max_end = Vec::with_capacity(ranges.len());
-        let mut running = 0;
-        for (loc, len) in &ranges {
-            running = running.max(loc + len.max(&1));
-            max_end.push(running);
-        }
-        LiveSet {
-            starts: ranges.into_iter().map(|(loc, _)| loc).collect(),
-            max_end,
+impl SegmentLive {
+    /// Counts the ranges `each` gives into the segments of `sealed` that
+    /// end at or before `before`.
+    pub(crate) fn count(
+        sealed: &[(u64, u64)],
+        before: u64,
+        each: impl FnOnce(&mut dyn FnMut(u64, u64)),
+    ) -> SegmentLive {
+        let segments: Vec<(u64, u64)> = sealed
+            .iter()
+            .copied()
+            .filter(|(_, end)| *end <= before)
+            .collect();
+        let mut live = SegmentLive {
+            bytes: vec![0; segments.len()],
+            touched: vec![false; segments.len()],
+            segments,
+        };
+        each(&mut |loc, len| {
+            if let Some(i) = live.segment_of(loc) {
+                live.bytes[i] += len;
+                live.touched[i] = true;
+            }
+        });
+        live
+    }
+
+    /// The counted segment holding `loc`.
+    pub(crate) fn segment_of(&self, loc: u64) -> Option<usize> {
+        let i = self.segments.partition_point(|(base, _)| *base <= loc);
+        i.checked_sub(1).filter(|&i| loc < self.segments[i].1)
+    }
+
+    /// Whether any live range lies in segment `[base, end)`; a segment
+    /// that was not counted is taken as live.
+    pub(crate) fn touches(&self, base: u64, end: u64) -> bool {
+        match self.segments.binary_search(&(base, end)) {
+            Ok(i) => self.touched[i],
+            Err(_) => true,
         }
     }
 
-    /// Whether any live range touches `[base, end)`.
-    pub(crate) fn touches(&self, base: u64, end: u64) -> bool {
-        let idx = self.starts.partition_point(|loc| *loc < end);
-        idx > 0 && self.max_end[idx - 1] > base
+    /// `(base, end, live bytes)` of each counted segment.
+    pub(crate) fn segments(&self) -> impl Iterator<Item = (u64, u64, u64)> + '_ {
+        self.segments
+            .iter()
+            .zip(&self.bytes)
+            .map(|(&(base, end), &bytes)| (base, end, bytes))
     }
 }
 
@@ -217,13 +256,29 @@ mod tests {
 
     #[test]
     fn live_ranges_touching_a_segment_keep_it() {
-        let live = LiveSet::new(vec![(400, 1), (10, 5), (100, 50)]);
+        let sealed = [
+            (0, 12),
+            (12, 100),
+            (100, 150),
+            (150, 400),
+            (400, 500),
+            (500, 900),
+        ];
+        let ranges = [(410, 0), (10, 2), (100, 50), (120, 5), (600, 1)];
+        let live = SegmentLive::count(&sealed, 500, |f| ranges.iter().for_each(|&(l, n)| f(l, n)));
         assert!(live.touches(0, 12));
-        assert!(!live.touches(15, 100));
-        assert!(live.touches(120, 130), "a range spanning the segment");
-        assert!(live.touches(149, 200));
+        assert!(!live.touches(12, 100));
+        assert!(live.touches(100, 150));
         assert!(!live.touches(150, 400));
-        assert!(live.touches(400, 401));
-        assert!(!LiveSet::new(vec![]).touches(0, 10));
+        assert!(
+            live.touches(400, 500),
+            "an empty range still holds its segment"
+        );
+        assert!(live.touches(500, 900), "a segment not counted is live");
+        assert!(live.touches(7, 30), "a segment not counted is live");
+        let bytes: Vec<u64> = live.segments().map(|(_, _, b)| b).collect();
+        assert_eq!(bytes, vec![2, 0, 55, 0, 0]);
+        let none = SegmentLive::count(&sealed, 500, |_| {});
+        assert!(!none.touches(0, 12));
     }
 }

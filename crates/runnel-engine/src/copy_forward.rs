@@ -18,6 +18,8 @@
 
 use runnel_log::{Log, LogError};
 
+use crate::checkpoint::SegmentLive;
+
 /// Marks a relocation record after the group prefix (where an entry has
 /// its format version, which is never this).
 pub(crate) const RELOCATED: u8 = 0xFF;
@@ -25,6 +27,10 @@ pub(crate) const RELOCATED: u8 = 0xFF;
 const SPARSE_SHARE: f64 = 0.5;
 /// Bytes moved in one round at most, so a round stays short.
 const MAX_MOVED_PER_ROUND: u64 = 256 << 20;
+/// Bytes a round lets wait in the log's buffer at once: a round copies
+/// far faster than the log writes, and would otherwise buffer all it
+/// moves.
+const COPY_BUFFERED_BYTES: usize = 4 << 20;
 
 /// What one round did.
 #[derive(Debug, Default, PartialEq, Eq)]
@@ -33,56 +39,53 @@ pub(crate) struct Moved {
     pub bytes: u64,
 }
 
-/// Which live bytes to move: those of the sealed segments ending at or
-/// before `before` (the lowest recovery position) that are less than
-/// [`SPARSE_SHARE`] live. `live[g]` is group `g`'s live ranges.
+/// Which segments to empty: the counted ones (sealed, wholly before the
+/// lowest recovery position) that are less than [`SPARSE_SHARE`] live, up
+/// to [`MAX_MOVED_PER_ROUND`] bytes.
 pub(crate) struct Plan {
     pub moved: Moved,
-    /// `(group, loc, len)`, sorted, each once.
-    pub ranges: Vec<(usize, u64, u64)>,
+    /// `(base, end)` of the segments to empty, ascending.
+    sparse: Vec<(u64, u64)>,
 }
 
-pub(crate) fn plan(sealed: &[(u64, u64)], before: u64, live: &[&[(u64, u64)]]) -> Plan {
-    let segments: Vec<(u64, u64)> = sealed
-        .iter()
-        .copied()
-        .filter(|(_, end)| *end <= before)
-        .collect();
-    // Each live range lies inside one record, so inside one segment.
-    let segment_of = |loc: u64| {
-        let i = segments.partition_point(|(base, _)| *base <= loc);
-        i.checked_sub(1).filter(|&i| loc < segments[i].1)
-    };
-    let mut ranges: Vec<(usize, u64, u64)> = Vec::new();
-    for (g, group_live) in live.iter().enumerate() {
-        for &(loc, len) in group_live.iter() {
-            if segment_of(loc).is_some() {
-                ranges.push((g, loc, len));
-            }
-        }
-    }
-    // Forks share their source's chunks: one copy per range.
-    ranges.sort_unstable();
-    ranges.dedup();
-    let mut live_in = vec![0u64; segments.len()];
-    for (_, loc, len) in &ranges {
-        live_in[segment_of(*loc).expect("kept above")] += len;
-    }
-    let mut sparse = vec![false; segments.len()];
+pub(crate) fn plan(live: &SegmentLive) -> Plan {
+    let mut sparse = Vec::new();
     let mut moved = Moved::default();
-    for (i, (base, end)) in segments.iter().enumerate() {
-        let live = live_in[i];
-        if live > 0
-            && (live as f64) < SPARSE_SHARE * (end - base) as f64
-            && moved.bytes + live <= MAX_MOVED_PER_ROUND
+    for (base, end, bytes) in live.segments() {
+        if bytes > 0
+            && (bytes as f64) < SPARSE_SHARE * (end - base) as f64
+            && moved.bytes + bytes <= MAX_MOVED_PER_ROUND
         {
-            sparse[i] = true;
+            sparse.push((base, end));
             moved.segments += 1;
-            moved.bytes += live;
+            moved.bytes += bytes;
         }
     }
-    ranges.retain(|(_, loc, _)| segment_of(*loc).is_some_and(|i| sparse[i]));
-    Plan { moved, ranges }
+    Plan { moved, sparse }
+}
+
+impl Plan {
+    /// Whether the live byte at `loc` is to move.
+    fn moves(&self, loc: u64) -> bool {
+        let i = self.sparse.partition_point(|(base, _)| *base <= loc);
+        i.checked_sub(1).is_some_and(|i| loc < self.sparse[i].1)
+    }
+
+    /// The ranges `each` gives that lie in the segments to empty: sorted,
+    /// each once (forks share their source's chunks).
+    pub fn ranges(&self, each: impl FnOnce(&mut dyn FnMut(u64, u64))) -> Vec<(u64, u64)> {
+        let mut ranges = Vec::new();
+        if !self.sparse.is_empty() {
+            each(&mut |loc, len| {
+                if self.moves(loc) {
+                    ranges.push((loc, len));
+                }
+            });
+        }
+        ranges.sort_unstable();
+        ranges.dedup();
+        ranges
+    }
 }
 
 /// Why a round of copy-forward stopped (the next checkpoint tries
@@ -107,7 +110,8 @@ pub(crate) struct Copied {
 }
 
 /// Copies each `(loc, len)` of `ranges` into a record `[prefix][bytes]`
-/// at the head of the log.
+/// at the head of the log. It blocks while the log catches up (call it
+/// off the async workers).
 pub(crate) fn copy_ranges(
     log: &Log,
     prefix: &[u8],
@@ -123,6 +127,7 @@ pub(crate) fn copy_ranges(
         log.read_unmapped_at(loc, &mut record[prefix.len()..])
             .map_err(CopyError::Read)?;
         let at = log.append(&record).map_err(CopyError::Write)?;
+        log.wait_for_room(COPY_BUFFERED_BYTES);
         moved.push((loc, len, at.payload_pos + prefix.len() as u64));
         last_end = at.end;
     }

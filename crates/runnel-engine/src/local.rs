@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use runnel_core::checkpoint::CheckpointCapture;
 use runnel_core::{Applied, Command, Entry};
 use runnel_log::LogError;
 use tokio::sync::{mpsc, oneshot, watch};
@@ -66,8 +67,9 @@ pub struct LocalGroup {
 /// straight into the file).
 pub(crate) struct GroupCheckpoint {
     pub applied_end: u64,
-    /// Log ranges holding live bytes.
-    pub live: Vec<(u64, u64)>,
+    /// The state written, for its live ranges (it shares the state's
+    /// chunk index blocks rather than copying them).
+    pub capture: CheckpointCapture,
     /// The sequence number the group's next queued object deletion gets.
     pub doomed_next: u64,
 }
@@ -128,7 +130,7 @@ impl LocalGroup {
         file.group(applied_end, &capture);
         GroupCheckpoint {
             applied_end,
-            live: capture.live_ranges(),
+            capture,
             doomed_next,
         }
     }

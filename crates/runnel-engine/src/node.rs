@@ -27,7 +27,7 @@ use tokio::sync::watch;
 
 use crate::activity::Activity;
 use crate::api::{group_index, BoxFuture, GroupEngine, NodeEngine, ReadResult};
-use crate::checkpoint::{self, CheckpointError, LiveSet};
+use crate::checkpoint::{self, CheckpointError, SegmentLive};
 use crate::clock::now_ms;
 use crate::control::Control;
 use crate::copy_forward::{self, Copied, CopyError, Moved, Relocation, RELOCATED};
@@ -457,16 +457,15 @@ fn checkpoint_and_collect(
         "checkpoint stored"
     );
     let before = captured.iter().map(|g| g.applied_end).min().unwrap_or(0);
-    let live = LiveSet::new(
-        captured
-            .iter()
-            .flat_map(|g| g.live.iter().copied())
-            .collect(),
-    );
+    let live = SegmentLive::count(&log.sealed_segments(), before, |f| {
+        for g in &captured {
+            g.capture.for_each_live_range(&mut *f);
+        }
+    });
     let reclaimed = log
         .collect_segments(before, |base, end| live.touches(base, end))
         .map_err(CheckpointError::Collect)?;
-    let moved = copy_forward_round(groups, &captured, log, before)?;
+    let moved = copy_forward_round(groups, &captured, log, &live)?;
     if moved.segments > 0 {
         tracing::info!(
             segments = moved.segments,
@@ -483,27 +482,23 @@ fn checkpoint_and_collect(
 
 /// The local engine's copy-forward round: moves the planned bytes and relocates the
 /// groups' states onto the copies. `captured` is the checkpoint just
-/// written: its live ranges say what is live in each group.
+/// written: its live ranges say what is live in each group (`live` counts
+/// them per segment).
 fn copy_forward_round(
     groups: &[Arc<LocalGroup>],
     captured: &[GroupCheckpoint],
     log: &Log,
-    before: u64,
+    live: &SegmentLive,
 ) -> Result<Moved, CopyError> {
-    let live: Vec<&[(u64, u64)]> = captured.iter().map(|c| c.live.as_slice()).collect();
-    let plan = copy_forward::plan(&log.sealed_segments(), before, &live);
+    let plan = copy_forward::plan(live);
     if plan.moved.segments == 0 {
         return Ok(plan.moved);
     }
     let mut last_end = 0;
-    for (g, group) in groups.iter().enumerate() {
+    for (g, (group, checkpoint)) in groups.iter().zip(captured).enumerate() {
         let mut prefix = (g as u32).to_le_bytes().to_vec();
         prefix.push(RELOCATED);
-        let ranges = plan
-            .ranges
-            .iter()
-            .filter(|(of, _, _)| *of == g)
-            .map(|(_, loc, len)| (*loc, *len));
+        let ranges = plan.ranges(|f| checkpoint.capture.for_each_live_range(f));
         let Copied { moved, end } = copy_forward::copy_ranges(log, &prefix, ranges)?;
         if moved.is_empty() {
             continue;

@@ -379,6 +379,31 @@ impl Log {
         self.shared.pending.lock().expect("log mutex").next_pos
     }
 
+    /// Blocks while more than `limit` bytes are appended and not yet
+    /// taken by the committer: a bulk writer (copy-forward moving a
+    /// segment's live bytes) paces itself by it, so the log's buffer stays
+    /// small rather than holding everything the writer copied. Returns at
+    /// once with manual commits, or once the log has failed or shut down.
+    pub fn wait_for_room(&self, limit: usize) {
+        if self.shared.options.manual_commit {
+            return;
+        }
+        loop {
+            {
+                let pending = self.shared.pending.lock().expect("log mutex");
+                if pending.buf.len() <= limit || pending.failed.is_some() || pending.shutdown {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// Bytes appended and not yet taken by the committer.
+    pub fn buffered_bytes(&self) -> usize {
+        self.shared.pending.lock().expect("log mutex").buf.len()
+    }
+
     /// Everything before this position is durable (per the sync mode).
     pub fn durable_position(&self) -> u64 {
         self.shared.durable.load(Ordering::Acquire)
@@ -712,9 +737,20 @@ impl Committer {
         shared.syncs.count_records(self.record_ends.len() as u64);
         self.batch.clear();
         self.record_ends.clear();
+        // A burst (a large record, a bulk copy) grew the buffers; they are
+        // swapped with the appenders' and would keep that size for good.
+        if self.batch.capacity() > KEEP_BATCH_BYTES {
+            self.batch.shrink_to(KEEP_BATCH_BYTES);
+        }
+        if self.record_ends.capacity() > KEEP_BATCH_BYTES / 64 {
+            self.record_ends.shrink_to(KEEP_BATCH_BYTES / 64);
+        }
         Ok(())
     }
 }
+
+/// Room a write batch's buffer keeps after a larger batch.
+const KEEP_BATCH_BYTES: usize = 4 << 20;
 
 /// Address space mapped per segment: room for the segment to fill past
 /// its roll size with the batch that crosses it. Reads past the mapping

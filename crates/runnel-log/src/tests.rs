@@ -608,3 +608,22 @@ fn released_mapped_pages_leave_resident_memory_and_reads_unchanged() {
         "reads map the pages back in"
     );
 }
+
+/// A bulk writer that waits for room never has more than the limit (and
+/// the record it just added) waiting in the buffer, however far ahead of
+/// the disk it copies; without waiting it runs megabytes ahead.
+#[test]
+fn a_writer_waiting_for_room_keeps_the_buffer_small() {
+    let dir = tempfile::tempdir().unwrap();
+    let (log, _) = open_collect(dir.path(), LogOptions::default());
+    let record = vec![7u8; 64 << 10];
+    let limit = 256 << 10;
+    let mut most = 0;
+    for _ in 0..1024 {
+        log.append(&record).unwrap();
+        log.wait_for_room(limit);
+        most = most.max(log.buffered_bytes());
+    }
+    assert!(most <= limit, "{most} bytes waited in the buffer");
+    wait_durable(&log, log.end_position());
+}

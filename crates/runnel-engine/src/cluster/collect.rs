@@ -17,7 +17,7 @@ use std::time::Duration;
 use runnel_log::Log;
 
 use super::hosting::Hosting;
-use crate::checkpoint::LiveSet;
+use crate::checkpoint::SegmentLive;
 use crate::copy_forward;
 use crate::raft::group::RaftGroup;
 use crate::raft::snapshot::SnapshotError;
@@ -180,13 +180,17 @@ impl Collector {
             live.push(persisted.live);
         }
         let log = Arc::clone(&self.log);
-        let live_set = LiveSet::new(live.iter().flatten().copied().collect());
+        let counted = SegmentLive::count(&log.sealed_segments(), before, |f| {
+            live.iter().flatten().for_each(|&(loc, len)| f(loc, len))
+        });
+        let counted = Arc::new(counted);
+        let segments = Arc::clone(&counted);
         let reclaimed = raft::blocking(self.inline_io, move || {
-            log.collect_segments(before, |base, end| live_set.touches(base, end))
+            log.collect_segments(before, |base, end| segments.touches(base, end))
         })
         .await?
         .map_err(CollectError::Collect)?;
-        self.copy_forward(before, &live).await?;
+        self.copy_forward(&counted, &live).await?;
         Ok(reclaimed)
     }
 
@@ -204,22 +208,16 @@ impl Collector {
     /// [`crate::copy_forward`]); the next checkpoint deletes the segments.
     async fn copy_forward(
         &self,
-        before: u64,
+        counted: &SegmentLive,
         live: &[Vec<(u64, u64)>],
     ) -> Result<(), CollectError> {
-        let live: Vec<&[(u64, u64)]> = live.iter().map(Vec::as_slice).collect();
-        let plan = copy_forward::plan(&self.log.sealed_segments(), before, &live);
+        let plan = copy_forward::plan(counted);
         if plan.moved.segments == 0 {
             return Ok(());
         }
         let mut bytes = 0;
-        for (g, shared) in self.shares.iter().enumerate() {
-            let ranges: Vec<(u64, u64)> = plan
-                .ranges
-                .iter()
-                .filter(|(of, _, _)| *of == g)
-                .map(|(_, loc, len)| (*loc, *len))
-                .collect();
+        for (shared, group_live) in self.shares.iter().zip(live) {
+            let ranges = plan.ranges(|f| group_live.iter().for_each(|&(loc, len)| f(loc, len)));
             if !ranges.is_empty() {
                 bytes += shared.move_forward(ranges).await?;
             }

@@ -56,6 +56,9 @@ pub enum SnapshotError {
     /// Moving the live bytes forward failed (see `crate::copy_forward`).
     #[error(transparent)]
     Copy(#[from] crate::copy_forward::CopyError),
+    /// The task moving the bytes forward did not finish.
+    #[error("moving bytes forward: {0}")]
+    CopyTask(#[from] tokio::task::JoinError),
     /// The snapshot file could not be written.
     #[error(transparent)]
     Store(Box<super::StorageError>),

@@ -128,9 +128,12 @@ impl GroupShared {
         let ranges: Vec<(u64, u64)> = ranges.into_iter().filter(|r| held.contains(r)).collect();
         let mut prefix = self.group.to_le_bytes().to_vec();
         prefix.push(kind::BLOB);
-        let log = &self.view.log;
+        let log = Arc::clone(&self.view.log);
         let crate::copy_forward::Copied { moved, end } =
-            crate::copy_forward::copy_ranges(log, &prefix, ranges)?;
+            crate::raft::blocking(self.inline_io, move || {
+                crate::copy_forward::copy_ranges(&log, &prefix, ranges)
+            })
+            .await??;
         if moved.is_empty() {
             return Ok(0);
         }

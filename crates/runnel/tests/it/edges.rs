@@ -284,12 +284,11 @@ async fn connections_past_the_limit_wait_until_one_closes() {
     let first = TcpStream::connect(&addr).unwrap();
     let second = TcpStream::connect(&addr).unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
+    // Timed from here: the thread may start late on a busy machine.
+    let started = Instant::now();
     let waiting = {
         let addr = addr.clone();
-        std::thread::spawn(move || {
-            let started = Instant::now();
-            (health_on(&addr, Duration::from_secs(10)), started.elapsed())
-        })
+        std::thread::spawn(move || (health_on(&addr, Duration::from_secs(10)), started.elapsed()))
     };
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
