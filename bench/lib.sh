@@ -142,15 +142,20 @@ durable_streams_015() {
 }
 
 # start_vs_peer SYSTEM PORT DIR: starts `runnel` (target/release/runnel,
-# with the environment in RUNNEL_ENV) or `durable-streams-0.1.5` (the
+# with the environment in RUNNEL_ENV), `runnel-baseline` (the build at
+# $RUNNEL_BASELINE, likewise) or `durable-streams-0.1.5` (the
 # server at $peer) on 127.0.0.1:PORT with its data in DIR, its log in
 # DIR/log; sets server_pid and api_style (for `runnel bench`) and waits
 # until it listens.
 start_vs_peer() {
   local sys=$1 port=$2 dir=$3
-  if [ "$sys" = runnel ]; then
+  if [ "$sys" = runnel ] || [ "$sys" = runnel-baseline ]; then
+    local bin=target/release/runnel
+    if [ "$sys" = runnel-baseline ]; then
+      bin=${RUNNEL_BASELINE:?RUNNEL_BASELINE must name the baseline build of runnel}
+    fi
     # shellcheck disable=SC2086
-    env ${RUNNEL_ENV:-} target/release/runnel serve --listen "127.0.0.1:$port" \
+    env ${RUNNEL_ENV:-} "$bin" serve --listen "127.0.0.1:$port" \
       --data-dir "$dir/db" >"$dir/log" 2>&1 &
     api_style=runnel
   else

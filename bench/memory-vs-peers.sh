@@ -18,6 +18,8 @@
 #   ROUNDS=2 SECS=10 IDLE=10 STREAMS=15000 PEERS=/opt/runnel-peers
 #   OUT=bench/results/memory-vs-peers
 #   RUNNEL_ENV="NAME=VALUE ..." (environment for Runnel's server only)
+#   RUNNEL_BASELINE=PATH (another build of runnel, run as system
+#   runnel-baseline in each round: a before-and-after in one run)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -53,7 +55,7 @@ bench() {
 results=$out/results.tsv
 printf 'round\tsystem\tstarted\twrites\treads\tsse\tstorm\tstreams\tidle\n' >"$results"
 for round in $(seq "$rounds"); do
-  for sys in runnel durable-streams-0.1.5; do
+  for sys in runnel ${RUNNEL_BASELINE:+runnel-baseline} durable-streams-0.1.5; do
     data=$(mktemp -d)
     start_vs_peer "$sys" $port "$data"
     pid=$server_pid

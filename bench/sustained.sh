@@ -31,6 +31,8 @@
 #   PAYLOAD=256 SSE_READERS=1000 SYSTEMS="runnel durable-streams-0.1.5"
 #   PEERS=/opt/runnel-peers OUT=bench/results/sustained
 #   RUNNEL_ENV="NAME=VALUE ..." (environment for Runnel's server only)
+#   RUNNEL_BASELINE=PATH with SYSTEMS="runnel runnel-baseline ...": another
+#   build of runnel in the same run
 # A short run (CI, a smoke test): MINUTES=3 WARMUP=1 STREAMS=1000 ...
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -7,9 +7,11 @@
 //! burst (a checkpoint of a large index, a storm of catch-up reads) would
 //! keep its peak resident for as long as it stays quiet:
 //! `bench/memory-vs-peers.sh` saw a checkpoint of a 15 MB file leave 47 MB
-//! resident. So runtime worker threads collect their own free pages when
-//! they park (at most once a second each), threads collect theirs as they
-//! end, and one thread purges what ended threads left, every few seconds.
+//! resident. So runtime worker threads collect and purge their own free
+//! pages when they park (at most once a second each), threads collect
+//! theirs as they end, idle blocking-pool threads end after 2 s rather
+//! than tokio's 10, and one thread purges what ended threads left, every
+//! few seconds.
 //!
 //! It also counts the bytes allocated and not freed, for the memory
 //! breakdown of `/metrics` and `runnel ctl status` ([`report`]).
@@ -107,6 +109,10 @@ pub(crate) fn report() -> runnel_server::memory::AllocatorReport {
 
 /// How often a worker collects its free pages, at most.
 const WORKER_COLLECT_EVERY: Duration = Duration::from_secs(1);
+/// How long an idle blocking-pool thread lives (tokio's default is 10 s).
+/// A burst of file IO (a catch-up storm) starts many; each keeps the
+/// pages it freed until it ends, so they end soon after.
+pub(crate) const IDLE_THREAD_KEEP_ALIVE: Duration = Duration::from_secs(2);
 /// How often ended threads' memory is purged.
 const PURGE_EVERY: Duration = Duration::from_secs(5);
 
@@ -127,7 +133,7 @@ pub(crate) fn worker_parked() {
         due
     });
     if due {
-        collect(false);
+        collect(true);
     }
 }
 

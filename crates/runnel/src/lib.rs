@@ -126,6 +126,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
         .enable_all()
         .on_thread_park(allocator::worker_parked)
         .on_thread_stop(allocator::thread_stopping)
+        .thread_keep_alive(allocator::IDLE_THREAD_KEEP_ALIVE)
         .build()
         .map_err(|e| format!("cannot start the runtime: {e}"))?;
     allocator::start_purging();
