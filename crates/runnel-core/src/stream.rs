@@ -72,17 +72,9 @@ pub(crate) struct Chunk {
     pub at_ms: i64,
 }
 
-// The index holds one chunk per untiered append: its size is most of the
-// index's memory (five words; see `memory::StateMemory`). BENCHMARKS.md and
-// docs state the index's cost from it.
+// A chunk as it is built and decoded: five words. The index keeps chunks
+// encoded (`chunk_index::packed`), a few bytes each.
 const _: () = assert!(std::mem::size_of::<Chunk>() == 40);
-
-impl Chunk {
-    /// The chunk's message ends (none for a chunk of one message).
-    pub fn ends(&self) -> Option<&[u32]> {
-        self.message_ends.as_ref().map(MessageEnds::as_slice)
-    }
-}
 
 /// A chunk's message ends, behind one thin pointer: few chunks have them,
 /// and an `Option<Box<[u32]>>` would cost every chunk of the index 16

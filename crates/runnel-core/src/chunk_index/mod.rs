@@ -1,38 +1,31 @@
 //! A stream's hot chunk index: compact, and shareable in O(blocks).
 //!
-//! The index holds one chunk per append in fixed-size blocks behind
-//! `Arc`s. Cloning it copies the block pointers, not the chunks, so a
-//! checkpoint can take the index under the group's state lock in
-//! microseconds and encode its chunks after the lock is released (see
-//! [`crate::checkpoint`]).
-//!
-//! Only the last block takes appends, as plain [`Chunk`]s; once it holds
-//! [`BLOCK`] chunks it is sealed: encoded in about 8 bytes a chunk rather
-//! than 40 ([`sealed`]), and never changed again except by a front
-//! removal or a relocation, which re-encode it. A block still shared with
-//! a capture is copied once on its next change, so a checkpoint costs
-//! each busy stream at most one open block's copy.
+//! The index holds one chunk per append in blocks of [`BLOCK`] behind
+//! `Arc`s, each encoded in about 7 bytes a chunk rather than 40
+//! ([`packed`]); appends add to the last block. Cloning the index copies
+//! the block pointers, not the chunks, so a checkpoint can take it under
+//! the group's state lock in microseconds and encode its chunks after the
+//! lock is released (see [`crate::checkpoint`]). A block still shared
+//! with a capture is copied once on its next change, so a checkpoint
+//! costs each busy stream at most one block's copy (a few hundred bytes).
 //!
 //! The index hands out [`ChunkRef`]s (copies of a chunk's fields that
-//! borrow its message ends) rather than references: a sealed chunk exists
-//! only as it is decoded.
+//! borrow its message ends) rather than references: a chunk exists only
+//! as it is decoded.
 //!
 //! Invariant: every block holds at least one chunk, and every block but
 //! the first and the last holds exactly [`BLOCK`] chunks, so position `i`
-//! maps to its block by arithmetic; every block but the last is sealed.
+//! maps to its block by arithmetic.
 
-mod sealed;
+mod packed;
 
 use std::sync::Arc;
 
 use crate::stream::{Chunk, MessageEnds};
-use sealed::{Sealed, SealedIter};
+use packed::Packed;
 
-/// Chunks per block: small, because every stream's last block is open
-/// (40 bytes a chunk; 10,000 streams with half-full blocks of 64 hold
-/// 13 MB) and a lookup in a sealed one decodes up to a block; large
-/// enough that a sealed block's fixed part (about 120 bytes) is 2 bytes
-/// a chunk and a capture copies few pointers.
+/// Chunks per block: a lookup decodes up to a block, and a block's fixed
+/// part (about 100 bytes) is under 2 bytes a chunk once it is full.
 const BLOCK: usize = 64;
 
 /// One chunk as the index gives it out: its fields, and its message ends
@@ -67,83 +60,11 @@ impl<'a> ChunkRef<'a> {
     }
 }
 
-impl Chunk {
-    pub(crate) fn as_ref(&self) -> ChunkRef<'_> {
-        ChunkRef {
-            start: self.start,
-            len: self.len,
-            loc: self.loc,
-            at_ms: self.at_ms,
-            ends: self.ends(),
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-enum Block {
-    /// The last block, taking appends.
-    Open(Arc<Vec<Chunk>>),
-    Sealed(Arc<Sealed>),
-}
-
-impl Block {
-    fn len(&self) -> usize {
-        match self {
-            Block::Open(chunks) => chunks.len(),
-            Block::Sealed(sealed) => sealed.len(),
-        }
-    }
-
-    fn last(&self) -> ChunkRef<'_> {
-        match self {
-            Block::Open(chunks) => chunks.last().expect("blocks are never empty").as_ref(),
-            Block::Sealed(sealed) => sealed.last(),
-        }
-    }
-
-    fn iter(&self) -> BlockIter<'_> {
-        match self {
-            Block::Open(chunks) => BlockIter::Open(chunks.iter()),
-            Block::Sealed(sealed) => BlockIter::Sealed(sealed.iter()),
-        }
-    }
-}
-
-enum BlockIter<'a> {
-    Open(std::slice::Iter<'a, Chunk>),
-    Sealed(SealedIter<'a>),
-}
-
-impl<'a> Iterator for BlockIter<'a> {
-    type Item = ChunkRef<'a>;
-
-    fn next(&mut self) -> Option<ChunkRef<'a>> {
-        match self {
-            BlockIter::Open(chunks) => chunks.next().map(Chunk::as_ref),
-            BlockIter::Sealed(sealed) => sealed.next(),
-        }
-    }
-
-    fn size_hint(&self) -> (usize, Option<usize>) {
-        match self {
-            BlockIter::Open(chunks) => chunks.size_hint(),
-            BlockIter::Sealed(sealed) => sealed.size_hint(),
-        }
-    }
-
-    fn nth(&mut self, n: usize) -> Option<ChunkRef<'a>> {
-        match self {
-            BlockIter::Open(chunks) => chunks.nth(n).map(Chunk::as_ref),
-            BlockIter::Sealed(sealed) => sealed.nth(n),
-        }
-    }
-}
-
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ChunkIndex {
     /// A plain vector (24 bytes in every stream, against a deque's 32):
     /// dropping whole blocks from the front moves only pointers.
-    blocks: Vec<Block>,
+    blocks: Vec<Arc<Packed>>,
 }
 
 impl PartialEq for ChunkIndex {
@@ -172,7 +93,7 @@ impl ChunkIndex {
     }
 
     pub fn last(&self) -> Option<ChunkRef<'_>> {
-        self.blocks.last().map(Block::last)
+        self.blocks.last().map(|b| b.last())
     }
 
     pub fn get(&self, i: usize) -> Option<ChunkRef<'_>> {
@@ -212,7 +133,7 @@ impl ChunkIndex {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = ChunkRef<'_>> + '_ {
-        self.blocks.iter().flat_map(Block::iter)
+        self.blocks.iter().flat_map(|b| b.iter())
     }
 
     /// The chunks from position `i` on.
@@ -236,57 +157,21 @@ impl ChunkIndex {
     }
 
     /// Moves every chunk's log location: the byte at `loc` now lies at
-    /// `relocate(loc)` (re-encodes the sealed blocks).
+    /// `relocate(loc)` (re-encodes every block).
     pub fn relocate(&mut self, relocate: impl Fn(u64) -> u64) {
         for block in &mut self.blocks {
-            match block {
-                Block::Open(chunks) => {
-                    for chunk in Arc::make_mut(chunks) {
-                        chunk.loc = relocate(chunk.loc);
-                    }
-                }
-                Block::Sealed(sealed) => {
-                    let mut chunks = sealed.decode();
-                    for chunk in &mut chunks {
-                        chunk.loc = relocate(chunk.loc);
-                    }
-                    *block = Block::Sealed(Arc::new(Sealed::encode(chunks)));
-                }
+            let mut chunks = block.decode();
+            for chunk in &mut chunks {
+                chunk.loc = relocate(chunk.loc);
             }
+            *block = Arc::new(Packed::from_chunks(chunks));
         }
     }
 
     pub fn push(&mut self, chunk: Chunk) {
         match self.blocks.last_mut() {
-            Some(Block::Open(last)) => {
-                let last = Arc::make_mut(last);
-                if last.len() == last.capacity() {
-                    // Small streams stay small: grow by an eighth, up to
-                    // a block.
-                    let room = (last.len() / 8).max(4).min(BLOCK - last.len());
-                    last.reserve_exact(room);
-                }
-                last.push(chunk);
-            }
-            _ => {
-                let mut block = Vec::with_capacity(if self.blocks.is_empty() { 4 } else { BLOCK });
-                block.push(chunk);
-                self.blocks.push(Block::Open(Arc::new(block)));
-            }
-        }
-        self.seal_full_last();
-    }
-
-    /// Seals the last block once it is full.
-    fn seal_full_last(&mut self) {
-        let Some(last) = self.blocks.last_mut() else {
-            return;
-        };
-        if let Block::Open(chunks) = last {
-            if chunks.len() == BLOCK {
-                let chunks = std::mem::take(chunks);
-                *last = Block::Sealed(Arc::new(Sealed::encode(Arc::unwrap_or_clone(chunks))));
-            }
+            Some(last) if last.len() < BLOCK => Arc::make_mut(last).push(chunk),
+            _ => self.blocks.push(Arc::new(Packed::of(chunk))),
         }
     }
 
@@ -306,21 +191,9 @@ impl ChunkIndex {
         }
         self.blocks.drain(..whole);
         if left > 0 {
-            let first = &mut self.blocks[0];
-            match first {
-                Block::Open(chunks) => {
-                    let chunks = Arc::make_mut(chunks);
-                    bytes += chunks.drain(..left).map(|c| c.len).sum::<u64>();
-                    if chunks.capacity() > 2 * chunks.len() + 8 {
-                        chunks.shrink_to_fit();
-                    }
-                }
-                Block::Sealed(sealed) => {
-                    let mut chunks = sealed.decode();
-                    bytes += chunks.drain(..left).map(|c| c.len).sum::<u64>();
-                    *first = Block::Sealed(Arc::new(Sealed::encode(chunks)));
-                }
-            }
+            let mut chunks = self.blocks[0].decode();
+            bytes += chunks.drain(..left).map(|c| c.len).sum::<u64>();
+            self.blocks[0] = Arc::new(Packed::from_chunks(chunks));
         }
         bytes
     }
@@ -328,22 +201,9 @@ impl ChunkIndex {
     /// Heap bytes of the index: the block pointers, and each block with
     /// its reference counts and its contents (message ends not counted).
     pub(crate) fn heap_bytes(&self) -> u64 {
-        let counts = 2 * std::mem::size_of::<usize>();
-        let pointers = self.blocks.capacity() * std::mem::size_of::<Block>();
-        let blocks: usize = self
-            .blocks
-            .iter()
-            .map(|block| match block {
-                Block::Open(chunks) => {
-                    counts
-                        + std::mem::size_of::<Vec<Chunk>>()
-                        + chunks.capacity() * std::mem::size_of::<Chunk>()
-                }
-                Block::Sealed(sealed) => {
-                    counts + std::mem::size_of::<Sealed>() + sealed.heap_bytes()
-                }
-            })
-            .sum();
+        let per_block = 2 * std::mem::size_of::<usize>() + std::mem::size_of::<Packed>();
+        let pointers = self.blocks.capacity() * std::mem::size_of::<Arc<Packed>>();
+        let blocks: usize = self.blocks.iter().map(|b| per_block + b.heap_bytes()).sum();
         (pointers + blocks) as u64
     }
 
@@ -359,9 +219,6 @@ impl ChunkIndex {
             assert!(b.len() > 0, "block {i} is empty");
             if i != 0 && i != last {
                 assert_eq!(b.len(), BLOCK, "inner block {i} is not full");
-            }
-            if i != last || b.len() == BLOCK {
-                assert!(matches!(b, Block::Sealed(_)), "block {i} is not sealed");
             }
         }
     }
