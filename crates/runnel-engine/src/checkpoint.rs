@@ -39,7 +39,7 @@ pub enum CheckpointError {
     Checksum,
     #[error("checkpoint has no magic")]
     NoMagic,
-    #[error("checkpoint has {found} groups, the node {node}")]
+    #[error("checkpoint has {found} groups and the node is configured for {node} (--groups)")]
     Groups { found: usize, node: usize },
     #[error("checkpoint state of {0} bytes does not fit in memory")]
     TooLarge(u64),
@@ -85,11 +85,12 @@ pub(crate) fn load(dir: &Path, groups: usize) -> Result<Option<Loaded>, Checkpoi
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(CheckpointError::Read(e)),
     };
-    decode(&bytes, groups).map(Some)
+    decode(&bytes, Some(groups)).map(Some)
 }
 
-/// Decodes a checkpoint file's bytes.
-pub(crate) fn decode(bytes: &[u8], groups: usize) -> Result<Loaded, CheckpointError> {
+/// Decodes a checkpoint file's bytes, of `groups` groups (`None`: of
+/// however many it holds).
+pub(crate) fn decode(bytes: &[u8], groups: Option<usize>) -> Result<Loaded, CheckpointError> {
     let (body, crc) = bytes
         .split_last_chunk::<4>()
         .ok_or(CheckpointError::Truncated)?;
@@ -103,7 +104,7 @@ pub(crate) fn decode(bytes: &[u8], groups: usize) -> Result<Loaded, CheckpointEr
         Ok(head)
     };
     let count = u32::from_le_bytes(take(4)?.try_into().expect("4 bytes")) as usize;
-    if count != groups {
+    if let Some(groups) = groups.filter(|&g| g != count) {
         return Err(CheckpointError::Groups {
             found: count,
             node: groups,

@@ -131,6 +131,28 @@ pub(crate) fn refuse_collected_log_without_checkpoint(log_dir: &Path) -> Result<
 
 /// Checks that the data directory was made for this configuration (its
 /// meta file holds `expected`), writing the file in a new directory.
+/// The group count a single node's data directory was created with (its
+/// `runnel.meta`), if it has one: a node keeps that count for good, since
+/// streams are placed in groups by a hash of their name modulo the count.
+pub fn stored_groups(dir: &Path) -> Option<u32> {
+    let meta = std::fs::read_to_string(dir.join(META_FILE)).ok()?;
+    meta.lines()
+        .find_map(|line| line.strip_prefix("groups = "))
+        .and_then(|n| n.trim().parse().ok())
+}
+
+/// How many groups a new single node runs on `cores` cores: one up to two
+/// cores (a second group buys nothing there, `bench/cores.sh`), then one
+/// per two cores, so that each group's commit task (the part of an append
+/// that is serial per group) has cores to spread over.
+pub fn single_node_groups(cores: usize) -> u32 {
+    if cores <= 2 {
+        1
+    } else {
+        (cores / 2).min(crate::MAX_GROUPS as usize) as u32
+    }
+}
+
 pub(crate) fn check_meta(dir: &Path, expected: &str) -> Result<(), OpenError> {
     let io = |source| OpenError::Io {
         path: dir.to_path_buf(),
@@ -159,4 +181,30 @@ pub(crate) fn write_file_durably(dir: &Path, name: &str, contents: &str) -> std:
     std::fs::File::open(&tmp).and_then(|f| f.sync_all())?;
     std::fs::rename(&tmp, dir.join(name))?;
     std::fs::File::open(dir).and_then(|d| d.sync_all())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn groups_per_core_on_a_single_node() {
+        let counts: Vec<u32> = [1, 2, 3, 4, 8, 16, 64].map(single_node_groups).to_vec();
+        assert_eq!(counts, [1, 1, 1, 2, 4, 8, 32]);
+        assert_eq!(single_node_groups(1 << 20), crate::MAX_GROUPS);
+    }
+
+    #[test]
+    fn the_stored_group_count_is_read_from_the_meta_file() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(stored_groups(dir.path()), None, "no meta file yet");
+        check_meta(dir.path(), "format = 1\ngroups = 6\n").unwrap();
+        assert_eq!(stored_groups(dir.path()), Some(6));
+        std::fs::write(dir.path().join(META_FILE), "format = 1\ngroups = x\n").unwrap();
+        assert_eq!(
+            stored_groups(dir.path()),
+            None,
+            "an unreadable count is no count"
+        );
+    }
 }

@@ -77,6 +77,7 @@ pub use api::{
 };
 pub use clock::now_ms;
 pub use config::EngineConfig;
+pub use datadir::{single_node_groups, stored_groups};
 pub use error::EngineError;
 pub use metrics::{GroupMetrics, MemoryUse, NodeMetrics, TierMetrics};
 pub use node::Node;

@@ -283,6 +283,7 @@ impl NodeEngine for Node {
             syncs: self.log.sync_stats(),
             streams: self.groups.iter().map(|g| g.stream_count() as u64).sum(),
             groups: Vec::new(),
+            commit_busy: self.groups.iter().map(|g| g.commit_busy()).collect(),
             peers: Vec::new(),
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
             disk: DiskSpace::of(&self.data_dir),

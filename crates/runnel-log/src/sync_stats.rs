@@ -18,6 +18,8 @@ pub(crate) struct SyncRecorder {
     nanos: AtomicU64,
     /// Records written (synced or, with `--sync never`, not).
     records: AtomicU64,
+    /// The committer thread's CPU time so far, in nanoseconds.
+    committer_cpu_nanos: AtomicU64,
     buckets: Box<[AtomicU64]>,
 }
 
@@ -27,6 +29,7 @@ impl SyncRecorder {
             syncs: AtomicU64::new(0),
             nanos: AtomicU64::new(0),
             records: AtomicU64::new(0),
+            committer_cpu_nanos: AtomicU64::new(0),
             buckets: (0..BUCKETS).map(|_| AtomicU64::new(0)).collect(),
         }
     }
@@ -44,6 +47,12 @@ impl SyncRecorder {
         self.records.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// The committer thread has used `cpu` so far (its thread clock).
+    pub fn committer_cpu(&self, cpu: Duration) {
+        let nanos = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
+        self.committer_cpu_nanos.store(nanos, Ordering::Relaxed);
+    }
+
     pub fn snapshot(&self) -> SyncStats {
         let mut buckets: Vec<u64> = self
             .buckets
@@ -57,6 +66,7 @@ impl SyncRecorder {
             syncs: self.syncs.load(Ordering::Relaxed),
             sync_time: Duration::from_nanos(self.nanos.load(Ordering::Relaxed)),
             records: self.records.load(Ordering::Relaxed),
+            committer_cpu: Duration::from_nanos(self.committer_cpu_nanos.load(Ordering::Relaxed)),
             buckets,
         }
     }
@@ -69,6 +79,10 @@ pub struct SyncStats {
     pub sync_time: Duration,
     /// Records written; over `syncs`, the records each sync made durable.
     pub records: u64,
+    /// CPU time of the thread that writes and syncs the log: work every
+    /// append of the node passes through one thread for (the serial part
+    /// `bench/cores.sh` measures).
+    pub committer_cpu: Duration,
     /// Syncs per 10 µs of duration (trailing empty buckets left out).
     buckets: Vec<u64>,
 }
@@ -89,6 +103,7 @@ impl SyncStats {
             syncs: self.syncs.saturating_sub(earlier.syncs),
             sync_time: self.sync_time.saturating_sub(earlier.sync_time),
             records: self.records.saturating_sub(earlier.records),
+            committer_cpu: self.committer_cpu.saturating_sub(earlier.committer_cpu),
             buckets,
         }
     }
@@ -157,5 +172,13 @@ mod tests {
         assert_eq!(run.at_most(Duration::from_secs(1)), 100);
         recorder.count_records(7);
         assert_eq!(recorder.snapshot().since(&before).records, 7);
+        recorder.committer_cpu(Duration::from_millis(30));
+        let first = recorder.snapshot();
+        recorder.committer_cpu(Duration::from_millis(45));
+        assert_eq!(
+            recorder.snapshot().since(&first).committer_cpu,
+            Duration::from_millis(15),
+            "the committer's CPU is a running total"
+        );
     }
 }

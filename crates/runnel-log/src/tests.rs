@@ -367,11 +367,51 @@ fn concurrent_writers_share_syncs_and_lose_nothing() {
     let stats = log.sync_stats();
     assert_eq!(stats.syncs, batches);
     assert!(stats.sync_time > Duration::ZERO);
+    // The committer's thread clock: it did the writes and syncs, so it
+    // used some CPU, and no more than the whole process did.
+    assert!(stats.committer_cpu > Duration::ZERO);
+    assert!(stats.committer_cpu <= process_cpu_time());
     drop(log);
     let (_log, recovered) = open_collect(dir.path(), LogOptions::default());
     let mut expected = acknowledged;
     expected.sort();
     assert_eq!(recovered, expected);
+}
+
+fn process_cpu_time() -> Duration {
+    let mut now = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes only into `now`.
+    assert_eq!(
+        unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) },
+        0
+    );
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
+}
+
+#[test]
+fn the_thread_clock_counts_only_the_calling_threads_work() {
+    let before = thread_cpu_time();
+    let mut x = 1u64;
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(30) {
+        x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+    }
+    let busy = thread_cpu_time() - before;
+    assert!(
+        busy >= Duration::from_millis(5),
+        "{busy:?} after 30 ms of work"
+    );
+    let other = std::thread::spawn(thread_cpu_time).join().unwrap();
+    assert!(other < busy, "a fresh thread has used {other:?}");
+    let idle = thread_cpu_time();
+    std::thread::sleep(Duration::from_millis(30));
+    assert!(
+        thread_cpu_time() - idle < Duration::from_millis(10),
+        "sleeping is not CPU"
+    );
 }
 
 #[test]

@@ -37,8 +37,9 @@ pub struct ServeArgs {
     /// never | batch | always: when writes are fsynced [default: batch].
     #[arg(long)]
     pub sync: Option<String>,
-    /// Stream groups [default: 1 on a single node; in a cluster, group 0
-    /// (metadata only) plus nodes × cores/2 data groups].
+    /// Stream groups [default: on a single node, the data directory's own
+    /// count, or for a new one 1 up to two cores and cores/2 past that; in
+    /// a cluster, group 0 (metadata only) plus nodes × cores/2 data groups].
     #[arg(long)]
     pub groups: Option<u32>,
     /// Log segment size in bytes [default: 268435456].
@@ -346,6 +347,9 @@ pub struct Settings {
     pub cluster: Option<ClusterSettings>,
     /// Restore the data directory from the object store first.
     pub restore: bool,
+    /// `--groups` (or the file) chose the group count: a restore must
+    /// find a backup of as many groups, rather than take the backup's.
+    pub groups_given: bool,
     /// With `restore` in a cluster: the old cluster (`--restore-from`).
     pub restore_from: Option<String>,
     /// Access control, when an auth file is given.
@@ -556,12 +560,17 @@ impl ServeArgs {
         if let Some(sync) = self.sync.or(file.sync) {
             engine.sync = sync.parse::<SyncMode>()?;
         }
+        let groups_given = pick!(groups).is_some();
         if let Some(groups) = pick!(groups) {
             let most = runnel_engine::MAX_GROUPS;
             if groups == 0 || groups > most {
                 return Err(format!("groups must be between 1 and {most}"));
             }
             engine.groups = groups;
+        } else if cluster.is_none() {
+            let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+            engine.groups = runnel_engine::stored_groups(&engine.data_dir)
+                .unwrap_or_else(|| runnel_engine::single_node_groups(cores));
         }
         if let Some(bytes) = pick!(segment_bytes) {
             engine.segment_bytes = bytes.max(1 << 20);
@@ -738,6 +747,7 @@ impl ServeArgs {
             server,
             cluster,
             restore: self.restore,
+            groups_given,
             restore_from: self.restore_from,
             auth,
             tls,

@@ -136,7 +136,7 @@ fn serve(args: ServeArgs) -> Result<(), String> {
             .map_err(|e| format!("cannot listen on {}: {e}", settings.listen))?;
         let node: Arc<dyn NodeEngine> = match &settings.cluster {
             None => {
-                restore(&settings).await?;
+                restore(&mut settings).await?;
                 runnel_engine::Node::open(&settings.engine).map_err(|e| e.to_string())?
             }
             Some(cluster) => {
@@ -223,11 +223,19 @@ fn serve(args: ServeArgs) -> Result<(), String> {
 
 /// Restores an empty data directory from the object store's newest
 /// checkpoint, when asked to or when the store holds one.
-async fn restore(settings: &config::Settings) -> Result<(), String> {
-    let restored = runnel_engine::tier::backup::restore_node(&settings.engine, settings.restore)
-        .await
-        .map_err(|e| format!("restore: {e}"))?;
+/// The node opens with the backup's group count unless `--groups` chose
+/// one (the default for this machine may differ from the backed-up
+/// node's).
+async fn restore(settings: &mut config::Settings) -> Result<(), String> {
+    let restored = runnel_engine::tier::backup::restore_node(
+        &settings.engine,
+        settings.restore,
+        settings.groups_given,
+    )
+    .await
+    .map_err(|e| format!("restore: {e}"))?;
     if let Some(r) = restored {
+        settings.engine.groups = r.groups;
         tracing::warn!(
             checkpoint = %r.checkpoint,
             streams = r.streams,

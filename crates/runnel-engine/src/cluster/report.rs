@@ -28,6 +28,8 @@ impl ClusterNode {
                 .map(|g| g.view().with_state(|s| s.stream_count() as u64))
                 .sum(),
             groups,
+            // Raft's apply path has no commit task of the local kind.
+            commit_busy: Vec::new(),
             peers: (self.peer_metrics)(),
             tiering: self.tiering.as_ref().map(|t| t.metrics()),
             disk: DiskSpace::of(&self.data_dir),

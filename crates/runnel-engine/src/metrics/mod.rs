@@ -23,6 +23,9 @@ pub struct NodeMetrics {
     pub streams: u64,
     /// Raft groups (clusters only).
     pub groups: Vec<GroupMetrics>,
+    /// A single node's groups: how long each one's commit task has been
+    /// busy, by group index (see `LocalGroup::commit_busy`).
+    pub commit_busy: Vec<Duration>,
     /// Raft RPCs to each peer (clusters only).
     pub peers: Vec<PeerMetrics>,
     pub tiering: Option<TierMetrics>,

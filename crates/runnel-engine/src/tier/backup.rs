@@ -140,15 +140,18 @@ pub struct Restored {
     pub streams: usize,
     /// Bytes of streams' untiered tails that the backup did not hold.
     pub lost_bytes: u64,
+    /// Groups of the restored checkpoint: the node must open with as many.
+    pub groups: u32,
 }
 
 /// Writes, into the empty data directory `dir`, the checkpoint of the
 /// newest backup in `store`, reduced to what the store holds. `None` when
-/// the store holds no backup.
+/// the store holds no backup. A backup of other than `groups` groups is
+/// refused; with `None`, it keeps its own count.
 pub async fn restore(
     store: &TierStore,
     dir: &Path,
-    groups: usize,
+    groups: Option<usize>,
 ) -> Result<Option<Restored>, BackupError> {
     let Some(newest) = list(store).await?.pop() else {
         return Ok(None);
@@ -166,6 +169,7 @@ pub async fn restore(
     })?;
     let mut lost_bytes = 0;
     let mut streams = 0;
+    let groups = loaded.groups.len();
     let mut file = FileWriter::new(groups);
     for (mut state, _) in loaded.groups {
         lost_bytes += state.keep_only_tiered();
@@ -182,6 +186,7 @@ pub async fn restore(
         checkpoint: newest.path().to_string(),
         streams,
         lost_bytes,
+        groups: groups as u32,
     }))
 }
 
@@ -189,19 +194,25 @@ pub async fn restore(
 /// object store when asked to (`force`, refused over existing data), or
 /// when the directory holds no data and the store holds a backup.
 ///
+/// With `keep_groups`, the backup must have `config.groups` groups (the
+/// operator chose the count); otherwise it keeps its own, which the
+/// caller opens the node with ([`Restored::groups`]).
+///
 /// Boxed so that it is compiled once, here (see [`ClusterNode::open`]).
 ///
 /// [`ClusterNode::open`]: crate::cluster::ClusterNode::open
 pub fn restore_node(
     config: &EngineConfig,
     force: bool,
+    keep_groups: bool,
 ) -> futures::future::BoxFuture<'_, Result<Option<Restored>, BackupError>> {
-    Box::pin(restore_node_now(config, force))
+    Box::pin(restore_node_now(config, force, keep_groups))
 }
 
 async fn restore_node_now(
     config: &EngineConfig,
     force: bool,
+    keep_groups: bool,
 ) -> Result<Option<Restored>, BackupError> {
     let Some(tier) = &config.tier else {
         return if force {
@@ -232,7 +243,8 @@ async fn restore_node_now(
         };
     }
     let store = TierStore::open(&tier.store)?;
-    let restored = restore(&store, dir, config.groups.max(1) as usize).await?;
+    let groups = keep_groups.then_some(config.groups.max(1) as usize);
+    let restored = restore(&store, dir, groups).await?;
     match (&restored, force) {
         (None, true) => Err(BackupError::NoBackup(store.describe().to_string())),
         _ => Ok(restored),

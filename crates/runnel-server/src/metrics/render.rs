@@ -311,6 +311,26 @@ fn render_engine(out: &mut Out, e: &NodeMetrics) {
     };
     out.histogram("runnel_log_sync_duration_seconds", "", &snapshot);
     out.one(
+        "runnel_log_committer_cpu_seconds_total",
+        "counter",
+        "CPU time of the thread that writes and syncs the log, which every append of the node passes through.",
+        e.syncs.committer_cpu.as_secs_f64(),
+    );
+    if !e.commit_busy.is_empty() {
+        out.family(
+            "runnel_group_commit_busy_seconds_total",
+            "counter",
+            "Time the group's commit task spent ordering, logging, applying and answering commands (single node).",
+        );
+        for (group, busy) in e.commit_busy.iter().enumerate() {
+            out.sample(
+                "runnel_group_commit_busy_seconds_total",
+                &format!("group=\"{group}\""),
+                busy.as_secs_f64(),
+            );
+        }
+    }
+    out.one(
         "runnel_streams",
         "gauge",
         "Streams held (live and soft-deleted).",

@@ -25,6 +25,29 @@ fn flags_win_over_the_file_and_defaults_fill_the_rest() {
 }
 
 #[test]
+fn a_single_node_keeps_its_data_directorys_group_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = |groups: Option<u32>| ServeArgs {
+        data_dir: Some(dir.path().to_path_buf()),
+        groups,
+        ..ServeArgs::default()
+    };
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    assert_eq!(
+        args(None).resolve().unwrap().engine.groups,
+        runnel_engine::single_node_groups(cores),
+        "a new data directory takes the default for this machine"
+    );
+    std::fs::write(dir.path().join("runnel.meta"), "format = 1\ngroups = 3\n").unwrap();
+    assert_eq!(args(None).resolve().unwrap().engine.groups, 3);
+    assert_eq!(
+        args(Some(5)).resolve().unwrap().engine.groups,
+        5,
+        "a flag still wins (and the node refuses to open a directory of another count)"
+    );
+}
+
+#[test]
 fn the_cache_policy_is_configurable() {
     use runnel_server::cache::{CacheMode, CachePolicy};
     let dir = tempfile::tempdir().unwrap();

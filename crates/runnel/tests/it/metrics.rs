@@ -131,6 +131,19 @@ async fn metrics_move_with_the_load() {
             "runnel_log_sync_duration_seconds_bucket{le=\"+Inf\"}"
         ) == get(&after, "runnel_log_sync_duration_seconds_count")
     );
+    // The serial parts of an append (`bench/cores.sh`): the log's
+    // committer thread and the group's commit task did work for these
+    // appends, and no more than the whole process did (whose CPU is read
+    // in clock ticks of 10 ms).
+    let process_cpu = delta("process_cpu_seconds_total");
+    let committer = delta("runnel_log_committer_cpu_seconds_total");
+    let commit_task = delta("runnel_group_commit_busy_seconds_total{group=\"0\"}");
+    assert!(committer > 0.0, "the committer's CPU did not move");
+    assert!(commit_task > 0.0, "the commit task's time did not move");
+    assert!(
+        committer <= process_cpu + 0.02,
+        "committer {committer} s of the process's {process_cpu} s"
+    );
     assert!(
         delta("runnel_sse_events_total") >= 3.0 * 2.0,
         "three readers saw data and control events"

@@ -553,7 +553,10 @@ async fn a_node_restored_from_the_bucket_alone_serves_its_tiered_history() {
         ],
     );
     let client = reqwest::Client::new();
-    let mut server = Server::start_with(dir.path(), &flags, &[]).await;
+    // Three groups, which is not this machine's default: the restored node
+    // must take the backup's count.
+    let three_groups = [flags.clone(), vec!["--groups".into(), "3".into()]].concat();
+    let mut server = Server::start_with(dir.path(), &three_groups, &[]).await;
     // Eight appends of 250 bytes make one 2,000-byte chunk per stream.
     let mut tiered = Vec::new();
     for s in 0..5 {
@@ -588,8 +591,16 @@ async fn a_node_restored_from_the_bucket_alone_serves_its_tiered_history() {
     server.kill();
     std::fs::remove_dir_all(dir.path()).unwrap();
 
-    // An empty data directory with a backup in the bucket restores itself.
+    // A restore told another group count is refused, and writes nothing.
+    let err = failed_restore(dir.path(), &flags, &["--groups", "2"]);
+    assert!(err.contains("has 3 groups"), "{err}");
+    assert!(!dir.path().join("checkpoint").exists());
+
+    // An empty data directory with a backup in the bucket restores itself,
+    // with the backup's group count.
     let server = Server::start_with(dir.path(), &flags, &[]).await;
+    let meta = std::fs::read_to_string(dir.path().join("runnel.meta")).unwrap();
+    assert!(meta.contains("groups = 3"), "{meta}");
     for (s, content) in tiered.iter().enumerate() {
         let url = server.stream_url(&format!("r/{s}"));
         assert_eq!(&read_all(&client, &url).await, content, "stream {s}");
@@ -609,15 +620,22 @@ async fn restore_refuses_a_data_directory_that_holds_data() {
     let dir = tempfile::tempdir().unwrap();
     let flags = flags(&moto, "refuse", &[]);
     drop(Server::start_with(dir.path(), &flags, &[]).await);
+    let err = failed_restore(dir.path(), &flags, &[]);
+    assert!(err.contains("already holds data"), "{err}");
+}
+
+/// Runs `runnel serve --restore` over `dir` with `flags` and `extra`,
+/// which must fail; returns what it printed on stderr.
+fn failed_restore(dir: &std::path::Path, flags: &[String], extra: &[&str]) -> String {
     let listen = format!("127.0.0.1:{}", common::reserve_ports(1));
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_runnel"))
         .args(["serve", "--restore", "--listen", &listen])
+        .args(extra)
         .arg("--data-dir")
-        .arg(dir.path())
-        .args(&flags)
+        .arg(dir)
+        .args(flags)
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("already holds data"), "{err}");
+    assert!(!out.status.success(), "the restore succeeded");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
