@@ -34,6 +34,9 @@ pub struct EngineConfig {
     pub compaction: CompactionPolicy,
     /// Tiering to an object store; `None` keeps every byte in the log.
     pub tier: Option<TierConfig>,
+    /// Bytes of recently read log pages each group keeps for readers of
+    /// the same bytes (see [`crate::recent_pages`]).
+    pub read_pages_bytes: u64,
 }
 
 impl EngineConfig {
@@ -50,6 +53,7 @@ impl EngineConfig {
             sweep_interval: Duration::from_millis(500),
             checkpoint_interval: Duration::from_secs(300),
             checkpoint_bytes: 256 << 20,
+            read_pages_bytes: crate::recent_pages::DEFAULT_BUDGET_BYTES,
             compaction: CompactionPolicy {
                 min_bytes: 64 << 10,
                 idle: Duration::from_secs(1),

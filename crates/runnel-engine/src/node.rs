@@ -126,7 +126,13 @@ impl Node {
                     tiering: Arc::clone(t),
                     group: i as u32,
                 });
-                let view = GroupView::new(state, Arc::clone(&log), tier, Arc::clone(&activity));
+                let view = GroupView::new(
+                    state,
+                    Arc::clone(&log),
+                    tier,
+                    Arc::clone(&activity),
+                    config.read_pages_bytes,
+                );
                 LocalGroup::start(i as u32, view, applied_end, durable_rx.clone(), limits)
             })
             .collect();

@@ -21,12 +21,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use runnel_core::StreamId;
 
-/// Bytes of pages one group keeps.
-const BUDGET_BYTES: u64 = 8 << 20;
+/// Bytes of pages one group keeps unless configured otherwise
+/// (`EngineConfig::read_pages_bytes`, smaller under `--max-memory-bytes`).
+pub const DEFAULT_BUDGET_BYTES: u64 = 8 << 20;
 /// Pages one group keeps.
 const MAX_PAGES: usize = 512;
-/// Larger pages are not kept: a few of them would push out everything.
-const MAX_PAGE_BYTES: u64 = BUDGET_BYTES / 4;
 
 /// Reads answered from a kept page, and reads that copied from the log, in
 /// this process (for `/metrics`).
@@ -41,9 +40,16 @@ pub fn counts() -> (u64, u64) {
 /// A stream and the positions `start..end` of a page of it.
 type Key = (StreamId, u64, u64);
 
-#[derive(Default)]
 pub(crate) struct RecentPages {
     inner: Mutex<Pages>,
+    /// Bytes kept at most.
+    budget: u64,
+}
+
+impl Default for RecentPages {
+    fn default() -> RecentPages {
+        RecentPages::new(DEFAULT_BUDGET_BYTES)
+    }
 }
 
 #[derive(Default)]
@@ -55,6 +61,19 @@ struct Pages {
 }
 
 impl RecentPages {
+    /// Pages kept within `budget` bytes (0 keeps none).
+    pub fn new(budget: u64) -> RecentPages {
+        RecentPages {
+            inner: Mutex::default(),
+            budget,
+        }
+    }
+
+    /// Larger pages are not kept: a few of them would push out everything.
+    fn max_page_bytes(&self) -> u64 {
+        self.budget / 4
+    }
+
     /// Bytes of the pages kept now.
     pub fn bytes(&self) -> u64 {
         self.lock().bytes
@@ -77,8 +96,8 @@ impl RecentPages {
         MISSES.fetch_add(1, Ordering::Relaxed);
         let page = read()?;
         assert_eq!(page.len() as u64, end - start, "a page holds its range");
-        if page.len() as u64 <= MAX_PAGE_BYTES && !page.is_empty() {
-            self.lock().keep(key, page.clone());
+        if page.len() as u64 <= self.max_page_bytes() && !page.is_empty() {
+            self.lock().keep(key, page.clone(), self.budget);
         }
         Ok(page)
     }
@@ -101,7 +120,7 @@ impl RecentPages {
 }
 
 impl Pages {
-    fn keep(&mut self, key: Key, page: Bytes) {
+    fn keep(&mut self, key: Key, page: Bytes, budget: u64) {
         if self.by_key.contains_key(&key) {
             // Another reader made it meanwhile.
             return;
@@ -109,7 +128,7 @@ impl Pages {
         self.bytes += page.len() as u64;
         self.by_key.insert(key, page);
         self.order.push_back((key, Instant::now()));
-        while self.bytes > BUDGET_BYTES || self.order.len() > MAX_PAGES {
+        while self.bytes > budget || self.order.len() > MAX_PAGES {
             self.drop_oldest();
         }
         debug_assert_eq!(self.order.len(), self.by_key.len());
@@ -155,14 +174,14 @@ mod tests {
 
     #[test]
     fn the_budget_holds_and_the_oldest_go_first() {
-        let pages = RecentPages::default();
-        let len = (MAX_PAGE_BYTES / 2) as usize;
+        let pages = RecentPages::new(1 << 20);
+        let len = (pages.max_page_bytes() / 2) as usize;
         for i in 0..20u64 {
             pages
                 .get_or_read(1, i * 1000, i * 1000 + len as u64, || page(len))
                 .unwrap();
             let kept = pages.lock();
-            assert!(kept.bytes <= BUDGET_BYTES);
+            assert!(kept.bytes <= 1 << 20);
             assert_eq!(
                 kept.bytes,
                 kept.by_key.values().map(|p| p.len() as u64).sum::<u64>()
@@ -173,10 +192,25 @@ mod tests {
         assert!(!kept.by_key.contains_key(&(1, 0, len as u64)));
         drop(kept);
         // Too large to keep, and nothing kept for an empty page.
-        let big = MAX_PAGE_BYTES as usize + 1;
+        let big = pages.max_page_bytes() as usize + 1;
         pages.get_or_read(9, 0, big as u64, || page(big)).unwrap();
         pages.get_or_read(9, 5, 5, || page(0)).unwrap();
         assert!(!pages.lock().by_key.keys().any(|k| k.0 == 9));
+    }
+
+    #[test]
+    fn a_budget_of_nothing_keeps_nothing() {
+        let pages = RecentPages::new(0);
+        let mut reads = 0;
+        for _ in 0..3 {
+            pages
+                .get_or_read(1, 0, 10, || {
+                    reads += 1;
+                    page(10)
+                })
+                .unwrap();
+        }
+        assert_eq!((reads, pages.bytes()), (3, 0));
     }
 
     #[test]

@@ -44,6 +44,7 @@ impl GroupView {
         log: Arc<Log>,
         tier: Option<GroupTier>,
         activity: Arc<Activity>,
+        read_pages_bytes: u64,
     ) -> GroupView {
         GroupView {
             state: Arc::new(RwLock::new(state)),
@@ -52,7 +53,7 @@ impl GroupView {
             released: Arc::default(),
             tier,
             activity,
-            pages: Arc::default(),
+            pages: Arc::new(RecentPages::new(read_pages_bytes)),
         }
     }
 

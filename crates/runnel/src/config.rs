@@ -73,7 +73,10 @@ pub struct ServeArgs {
     /// SSE and long-poll readers at most; more get 503 [default: 40000].
     #[arg(long)]
     pub max_live_readers: Option<usize>,
-    /// Resident memory in bytes above which new SSE and long-poll readers get 503 [default: no limit].
+    /// Resident memory in bytes above which new SSE and long-poll readers
+    /// get 503; the caches keep to shares of it (a quarter for tiered
+    /// blocks unless --cache-bytes is given, a sixteenth for recent log
+    /// pages) [default: no limit].
     #[arg(long)]
     pub max_memory_bytes: Option<u64>,
     /// cdn | private | off: what shared caches may keep of read answers
@@ -360,6 +363,18 @@ pub struct Settings {
     pub cluster_tls: Option<std::sync::Arc<runnel_tls::ClusterTls>>,
 }
 
+/// Shares of `--max-memory-bytes` the caches keep to, where their own
+/// flags do not size them: the block cache of tiered history a quarter
+/// (`cache_bytes_given`: `--cache-bytes` sized it), the groups' recent
+/// log pages a sixteenth between them. Neither grows past its default.
+fn memory_budget(budget: u64, engine: &mut EngineConfig, cache_bytes_given: bool) {
+    if let Some(tier) = engine.tier.as_mut().filter(|_| !cache_bytes_given) {
+        tier.cache_bytes = tier.cache_bytes.min(budget / 4);
+    }
+    let per_group = budget / 16 / u64::from(engine.groups.max(1));
+    engine.read_pages_bytes = engine.read_pages_bytes.min(per_group);
+}
+
 /// Tiering settings from flags over the file: `None` when tiering is off.
 fn tier_config(
     flags: &ServeArgs,
@@ -636,6 +651,7 @@ impl ServeArgs {
         }
         if let Some(bytes) = pick!(max_memory_bytes) {
             server.max_memory_bytes = Some(bytes);
+            memory_budget(bytes, &mut engine, pick!(cache_bytes).is_some());
         }
         if let Some(mode) = pick!(cache_control) {
             server.cache.mode = runnel_server::cache::CacheMode::parse(&mode).ok_or(format!(

@@ -412,6 +412,7 @@ impl ClusterNode {
                         group: g as u32,
                     }),
                     Arc::clone(&activity),
+                    engine.read_pages_bytes,
                 ),
                 index: Arc::new(Mutex::new(index)),
                 durability: Arc::clone(&durability),

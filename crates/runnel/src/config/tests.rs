@@ -48,6 +48,34 @@ fn a_single_node_keeps_its_data_directorys_group_count() {
 }
 
 #[test]
+fn the_caches_keep_to_shares_of_the_memory_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let args = |max_memory_bytes: Option<u64>, cache_bytes: Option<u64>| ServeArgs {
+        data_dir: Some(dir.path().to_path_buf()),
+        groups: Some(2),
+        max_memory_bytes,
+        cache_bytes,
+        ..ServeArgs::default()
+    };
+    let engine = |a: ServeArgs| a.resolve().unwrap().engine;
+    let unbounded = engine(args(None, None));
+    let default_cache = unbounded.tier.as_ref().expect("tiering is on").cache_bytes;
+    assert_eq!(default_cache, 256 << 20);
+    assert_eq!(unbounded.read_pages_bytes, 8 << 20);
+    // 64 MiB: a quarter for tiered blocks, a sixteenth for two groups' pages.
+    let bounded = engine(args(Some(64 << 20), None));
+    assert_eq!(bounded.tier.unwrap().cache_bytes, 16 << 20);
+    assert_eq!(bounded.read_pages_bytes, 2 << 20);
+    // A large budget never grows a cache past its default.
+    let large = engine(args(Some(64 << 30), None));
+    assert_eq!(large.tier.unwrap().cache_bytes, default_cache);
+    assert_eq!(large.read_pages_bytes, 8 << 20);
+    // --cache-bytes sizes the block cache itself.
+    let sized = engine(args(Some(64 << 20), Some(100 << 20)));
+    assert_eq!(sized.tier.unwrap().cache_bytes, 100 << 20);
+}
+
+#[test]
 fn the_cache_policy_is_configurable() {
     use runnel_server::cache::{CacheMode, CachePolicy};
     let dir = tempfile::tempdir().unwrap();
