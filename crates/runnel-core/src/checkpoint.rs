@@ -334,7 +334,7 @@ fn encode_stream(w: &mut Writer, s: &StreamState, cuts: &mut Vec<(usize, ChunkIn
     write_fork(w, s.x().fork_spec.as_ref());
     cuts.push((w.len(), s.chunks.clone()));
     w.u64(s.cold_chunks().len() as u64);
-    for c in s.cold_chunks() {
+    for c in s.cold_chunks().iter() {
         c.write(w);
     }
     let mut producers: Vec<_> = s.x().producers.iter().collect();
@@ -463,7 +463,7 @@ fn decode_stream(
             at_ms,
         });
     }
-    let mut cold = Vec::new();
+    let mut cold = crate::cold_list::ColdList::default();
     if version >= 3 {
         for _ in 0..r.u64()? {
             cold.push(ColdChunk::read(r)?);

@@ -255,7 +255,7 @@ impl StreamsState {
                     let end = end.min(point);
                     pieces.push(MaterialPiece::Object(Slice::Object {
                         stream: owner,
-                        chunk: chunk.clone(),
+                        chunk,
                         from: pos,
                         to: end,
                     }));
@@ -285,7 +285,7 @@ impl StreamsState {
         loop {
             if pos >= s.own_start() {
                 if let Some(i) = s.cold_index(pos) {
-                    let chunk = &s.cold_chunks()[i];
+                    let chunk = s.cold_chunks().get(i).expect("cold_index is in range");
                     let end = chunk.end.min(limit);
                     return (pos < end).then_some((Stored::Object(s.id, chunk), end));
                 }
@@ -340,7 +340,7 @@ pub fn inherited_from_object(
 /// Where a byte of a stream is stored.
 enum Stored<'a> {
     Log(ChunkRef<'a>),
-    Object(StreamId, &'a ColdChunk),
+    Object(StreamId, ColdChunk),
 }
 
 /// Where part of a fork's copy of its source comes from.

@@ -136,7 +136,7 @@ impl StreamsState {
                 hot_freed = s.chunks.remove_front(dead);
                 let cold = s.extras.as_deref_mut().map_or(Vec::new(), |x| {
                     let dead = x.cold.partition_point(|c| c.end <= before);
-                    x.cold.drain(..dead).collect()
+                    x.cold.drain_front(dead)
                 });
                 for chunk in cold {
                     cold_freed += chunk.len();

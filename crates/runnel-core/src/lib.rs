@@ -17,6 +17,7 @@ pub mod checkpoint;
 mod chunk_index;
 pub mod cluster_meta;
 mod codec;
+pub mod cold_list;
 pub mod command;
 mod create;
 pub mod error;
@@ -35,6 +36,7 @@ pub mod stream;
 pub mod subscription;
 pub mod tier;
 pub mod upgrade;
+mod varint;
 pub mod zones;
 
 #[cfg(test)]

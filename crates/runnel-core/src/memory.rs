@@ -11,7 +11,6 @@ use std::sync::Arc;
 
 use crate::command::StreamId;
 use crate::stream::{Extras, StreamState};
-use crate::tier::ColdChunk;
 use crate::StreamsState;
 
 /// Bytes a group's state holds, by owner.
@@ -56,7 +55,7 @@ impl StreamState {
         let mut index = self.chunks.heap_bytes();
         if let Some(extras) = &self.extras {
             streams += size_of::<Extras>() as u64;
-            index += (extras.cold.capacity() * size_of::<ColdChunk>()) as u64;
+            index += extras.cold.heap_bytes() as u64;
         }
         StateMemory { streams, index }
     }

@@ -157,7 +157,7 @@ impl StreamsState {
             // Tiered chunks come before hot ones.
             let cold = stream.cold_chunks();
             let first_cold = cold.partition_point(|c| c.end <= lo);
-            for chunk in &cold[first_cold..] {
+            for chunk in cold.iter_from(first_cold) {
                 if chunk.start >= hi {
                     break;
                 }

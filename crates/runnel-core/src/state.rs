@@ -347,7 +347,7 @@ impl StreamsState {
             feed(&s.tail.to_le_bytes());
             feed(&s.earliest.to_le_bytes());
             feed(&[u8::from(s.closed), u8::from(s.soft_deleted)]);
-            for c in s.cold_chunks() {
+            for c in s.cold_chunks().iter() {
                 feed(&c.end.to_le_bytes());
                 feed(&c.nonce.to_le_bytes());
             }
@@ -564,7 +564,7 @@ impl StreamsState {
             }
             self.hot_bytes -= s.chunks.iter().map(|c| c.len).sum::<u64>();
             let mut extras = s.extras.map(|x| *x).unwrap_or_default();
-            for chunk in std::mem::take(&mut extras.cold) {
+            for chunk in std::mem::take(&mut extras.cold).drain_front(usize::MAX) {
                 self.cold_bytes -= chunk.len();
                 self.doom(id, None, chunk);
             }
@@ -599,7 +599,7 @@ impl StreamsState {
         loop {
             if pos >= s.own_start() {
                 if let Some(i) = s.cold_index(pos) {
-                    let cold = &s.cold_chunks()[i];
+                    let cold = s.cold_chunks().get(i).expect("cold_index is in range");
                     return Some(ChunkView {
                         start: cold.start,
                         end: cold.end.min(limit),

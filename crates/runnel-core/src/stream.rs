@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::chunk_index::ChunkIndex;
 use crate::command::{ForkFrom, Retention, StreamId};
 use crate::fork_copy::RemotePin;
-use crate::tier::{ColdChunk, Placement};
+use crate::tier::Placement;
 
 /// How a stream's bytes are framed and rendered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,7 +160,7 @@ pub struct StreamState {
 pub(crate) struct Extras {
     /// Tiered history: one reference per chunk object, in stream order,
     /// all before the hot chunks.
-    pub(crate) cold: Vec<ColdChunk>,
+    pub(crate) cold: crate::cold_list::ColdList,
     pub ttl_secs: Option<u64>,
     pub expires_at_ms: Option<i64>,
     pub(crate) base: Option<ForkBase>,
@@ -277,12 +277,6 @@ impl StreamState {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_tiered_chunk_costs_56_bytes() {
-        // README states the memory a tiered chunk costs from this size.
-        assert_eq!(std::mem::size_of::<ColdChunk>(), 56);
-    }
 
     #[test]
     fn media_types_compare_case_and_parameter_insensitively() {

@@ -165,7 +165,13 @@ fn dropped_references_queue_their_objects_until_deleted() {
     }
     h.tier_everything();
     h.run(Command::Append(append("s", b"four"))).unwrap();
-    let cold = h.state.stream_by_name("s").unwrap().cold_chunks().to_vec();
+    let cold: Vec<ColdChunk> = h
+        .state
+        .stream_by_name("s")
+        .unwrap()
+        .cold_chunks()
+        .iter()
+        .collect();
     assert_eq!(cold.len(), 1);
     // A trim inside the chunk keeps it; one past it queues it.
     h.run(Command::Trim {

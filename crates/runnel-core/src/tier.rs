@@ -3,7 +3,7 @@
 //! reference needs any more, and which hot bytes are due to be tiered.
 //!
 //! A stream's bytes are a run of cold chunks (one reference each, in
-//! [`StreamState::cold`]) followed by hot chunks (one per append, in this
+//! [`StreamState::cold_chunks`]) followed by hot chunks (one per append, in this
 //! node's log). [`Command::Tier`](crate::Command::Tier) turns a prefix of
 //! the hot chunks into one cold reference. It is the only way a reference
 //! comes into being, and applying it checks that
@@ -28,8 +28,9 @@ use crate::stream::StreamState;
 use std::collections::VecDeque;
 
 /// A reference to a chunk object: a range of one stream's bytes. Held in
-/// memory once per chunk (56 bytes), so kept small: the object's size and
-/// where its footer starts follow from the range and the block size.
+/// memory once per chunk (packed, about 20 bytes: [`crate::cold_list`]),
+/// so kept small: the object's size and where its footer starts follow
+/// from the range and the block size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColdChunk {
     /// Stream offset of the first byte.
@@ -202,7 +203,7 @@ impl StreamState {
         let cold = self.cold_chunks();
         let idx = cold.partition_point(|c| c.start <= pos);
         let idx = idx.checked_sub(1)?;
-        (pos < cold[idx].end).then_some(idx)
+        (pos < cold.get(idx)?.end).then_some(idx)
     }
 
     /// Time of the newest append, tiered or not.
@@ -213,7 +214,7 @@ impl StreamState {
             .or_else(|| self.cold_chunks().last().map(|c| c.newest_at_ms))
     }
 
-    pub fn cold_chunks(&self) -> &[ColdChunk] {
+    pub fn cold_chunks(&self) -> &crate::cold_list::ColdList {
         &self.x().cold
     }
 }
@@ -228,11 +229,11 @@ impl StreamsState {
         let mut limit = s.tail;
         loop {
             if pos >= s.own_start() {
-                let chunk = &s.cold_chunks()[s.cold_index(pos)?];
+                let chunk = s.cold_chunks().get(s.cold_index(pos)?)?;
                 let end = chunk.end.min(limit);
-                return (pos < end).then(|| TieredView {
+                return (pos < end).then_some(TieredView {
                     owner: s.id,
-                    chunk: chunk.clone(),
+                    chunk,
                     end,
                     json,
                 });
@@ -271,9 +272,7 @@ impl StreamsState {
             return Err(refused("the chunk does not end on an append boundary"));
         }
         s.chunks.remove_front(covered);
-        let cold = &mut s.x_mut().cold;
-        crate::state::grow_gently(cold);
-        cold.push(chunk.clone());
+        s.x_mut().cold.push(chunk.clone());
         self.hot_bytes -= chunk.len();
         self.cold_bytes += chunk.len();
         Ok(Applied::Tiered { bytes: chunk.len() })
@@ -433,7 +432,7 @@ impl StreamsState {
     pub fn referenced_objects(&self) -> Vec<(StreamId, Option<u64>, ColdChunk)> {
         let mut out = Vec::new();
         for s in self.streams.values() {
-            out.extend(s.cold_chunks().iter().map(|c| (s.id, None, c.clone())));
+            out.extend(s.cold_chunks().iter().map(|c| (s.id, None, c)));
             let snaps = s.x().snapshots.values().chain(s.x().server_snapshot.iter());
             for snap in snaps {
                 if let Placement::Object(o) = &snap.placement {
@@ -502,8 +501,10 @@ impl StreamsState {
                 if base.point > source_tail {
                     base.point = source_tail;
                     keep_to = source_tail;
-                    let cold = s.extras.as_deref_mut().map(|x| std::mem::take(&mut x.cold));
-                    doomed.extend(cold.into_iter().flatten().map(|c| (id, c)));
+                    if let Some(x) = s.extras.as_deref_mut() {
+                        let cold = std::mem::take(&mut x.cold).drain_front(usize::MAX);
+                        doomed.extend(cold.into_iter().map(|c| (id, c)));
+                    }
                 }
             }
             if keep_to < s.tail || !s.chunks.is_empty() {

@@ -149,7 +149,7 @@ pub fn single_node_groups(cores: usize) -> u32 {
     if cores <= 2 {
         1
     } else {
-        (cores / 2).min(crate::MAX_GROUPS as usize) as u32
+        (cores / 2).min(runnel_core::cluster_meta::MAX_GROUPS as usize) as u32
     }
 }
 
@@ -191,7 +191,10 @@ mod tests {
     fn groups_per_core_on_a_single_node() {
         let counts: Vec<u32> = [1, 2, 3, 4, 8, 16, 64].map(single_node_groups).to_vec();
         assert_eq!(counts, [1, 1, 1, 2, 4, 8, 32]);
-        assert_eq!(single_node_groups(1 << 20), crate::MAX_GROUPS);
+        assert_eq!(
+            single_node_groups(1 << 20),
+            runnel_core::cluster_meta::MAX_GROUPS
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@
 
 use super::ChunkRef;
 use crate::stream::{Chunk, MessageEnds};
+use crate::varint::{get_varint, put_varint, unzigzag, zigzag};
 
 /// One chunk's fields, without message ends.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -215,38 +216,6 @@ impl<'a> Iterator for PackedIter<'a> {
 
 /// Bytes of the longest varint (a u64).
 const MAX_VARINT: usize = 10;
-
-fn zigzag(v: u64) -> u64 {
-    let v = v as i64;
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(v: u64) -> u64 {
-    (v >> 1) ^ (v & 1).wrapping_neg()
-}
-
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-/// Reads a varint this module wrote (the bytes are never from outside).
-fn get_varint(bytes: &[u8], at: &mut usize) -> u64 {
-    let mut v = 0u64;
-    let mut shift = 0;
-    loop {
-        let b = bytes[*at];
-        *at += 1;
-        v |= u64::from(b & 0x7f) << shift;
-        if b < 0x80 {
-            return v;
-        }
-        shift += 7;
-    }
-}
 
 #[cfg(test)]
 mod tests {

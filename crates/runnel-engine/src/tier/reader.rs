@@ -299,7 +299,7 @@ fn read_ahead(
         let s = state.stream(owner)?;
         let chunks = s.cold_chunks();
         let i = chunks.partition_point(|c| c.start < chunk.end);
-        chunks.get(i).filter(|c| c.start == chunk.end).cloned()
+        chunks.get(i).filter(|c| c.start == chunk.end)
     });
     if let Some(next) = following {
         let next_layout = layout(&next);
