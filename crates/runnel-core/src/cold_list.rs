@@ -22,13 +22,13 @@ use crate::varint::{get_varint, put_varint, unzigzag, zigzag};
 /// References per block.
 pub(crate) const BLOCK: usize = 32;
 
-/// A stream's tiered chunk references, in order, packed.
+/// A stream's tiered chunk references, in order, packed. As large as
+/// the plain vector it replaces (every stream that has tiered, or has
+/// other rare state, holds one): the length and the last reference are
+/// worked out from the blocks, each full but the first and the last.
 #[derive(Default)]
 pub struct ColdList {
     blocks: Vec<Block>,
-    /// The last reference, decoded: what the next one is encoded against.
-    last: Option<ColdChunk>,
-    len: usize,
 }
 
 struct Block {
@@ -136,15 +136,20 @@ impl Iterator for BlockIter<'_> {
 
 impl ColdList {
     pub fn len(&self) -> usize {
-        self.len
+        match self.blocks.as_slice() {
+            [] => 0,
+            [only] => only.count,
+            [first, middle @ .., last] => first.count + middle.len() * BLOCK + last.count,
+        }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.blocks.is_empty()
     }
 
-    pub fn last(&self) -> Option<&ColdChunk> {
-        self.last.as_ref()
+    /// The last reference (decodes the last block).
+    pub fn last(&self) -> Option<ColdChunk> {
+        self.blocks.last()?.iter().last()
     }
 
     pub fn first(&self) -> Option<ColdChunk> {
@@ -153,9 +158,10 @@ impl ColdList {
 
     /// Adds a reference after the last.
     pub fn push(&mut self, chunk: ColdChunk) {
-        match (self.blocks.last_mut(), &self.last) {
-            (Some(block), Some(last)) if block.count < BLOCK => {
-                encode(&mut block.bytes, &chunk, last);
+        match self.blocks.last_mut() {
+            Some(block) if block.count < BLOCK => {
+                let last = block.iter().last().expect("blocks are never empty");
+                encode(&mut block.bytes, &chunk, &last);
                 block.count += 1;
                 if block.count == BLOCK {
                     block.bytes.shrink_to_fit();
@@ -166,14 +172,21 @@ impl ColdList {
                 self.blocks.push(Block::of(&chunk));
             }
         }
-        self.last = Some(chunk);
-        self.len += 1;
-        debug_assert_eq!(self.blocks.iter().map(|b| b.count).sum::<usize>(), self.len);
+        self.check();
+    }
+
+    /// Every block but the first and the last is full, and none is empty:
+    /// what [`ColdList::len`] and [`ColdList::locate`] count on.
+    fn check(&self) {
+        let n = self.blocks.len();
+        debug_assert!(self.blocks.iter().enumerate().all(|(i, b)| b.count > 0
+            && b.count <= BLOCK
+            && (i == 0 || i + 1 == n || b.count == BLOCK)));
     }
 
     /// The reference at index `i`.
     pub fn get(&self, i: usize) -> Option<ColdChunk> {
-        if i >= self.len {
+        if i >= self.len() {
             return None;
         }
         let (block, within) = self.locate(i);
@@ -199,7 +212,7 @@ impl ColdList {
 
     /// The references from index `i` on.
     pub fn iter_from(&self, i: usize) -> impl Iterator<Item = ColdChunk> + '_ {
-        let (block, within) = if i < self.len {
+        let (block, within) = if i < self.len() {
             self.locate(i)
         } else {
             (self.blocks.len(), 0)
@@ -227,7 +240,7 @@ impl ColdList {
 
     /// Removes the first `n` references and returns them.
     pub fn drain_front(&mut self, n: usize) -> Vec<ColdChunk> {
-        let n = n.min(self.len);
+        let n = n.min(self.len());
         if n == 0 {
             return Vec::new();
         }
@@ -251,12 +264,8 @@ impl ColdList {
             }
             self.blocks[0] = block;
         }
-        self.len -= n;
-        if self.len == 0 {
-            self.last = None;
-        }
         self.blocks.shrink_to_fit();
-        debug_assert_eq!(self.blocks.iter().map(|b| b.count).sum::<usize>(), self.len);
+        self.check();
         out
     }
 
@@ -356,7 +365,7 @@ mod tests {
             prop_assert_eq!(list.iter().collect::<Vec<_>>(), kept.to_vec());
             prop_assert_eq!(list.get(probe), kept.get(probe).cloned());
             prop_assert_eq!(list.iter_from(probe).collect::<Vec<_>>(), kept.get(probe..).unwrap_or(&[]).to_vec());
-            prop_assert_eq!(list.last(), kept.last());
+            prop_assert_eq!(list.last(), kept.last().cloned());
             prop_assert_eq!(list.first(), kept.first().cloned());
             // Appends after a drain.
             let more = typical(40);
@@ -397,6 +406,12 @@ mod tests {
         let per = list.heap_bytes() as f64 / 10_000.0;
         // README states this figure (the decoded reference is 56 bytes).
         assert_eq!(std::mem::size_of::<ColdChunk>(), 56);
+        // Every stream with rare state holds a list: no larger than the
+        // vector it replaced.
+        assert_eq!(
+            std::mem::size_of::<ColdList>(),
+            std::mem::size_of::<Vec<ColdChunk>>()
+        );
         assert!(per < 20.0, "{per} bytes a reference");
     }
 }

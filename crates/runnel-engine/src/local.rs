@@ -240,16 +240,16 @@ impl CommitTask {
                 proposal = proposals.recv(), if open => {
                     woke = Instant::now();
                     match proposal {
-                    Some(p) => {
-                        self.log_proposal(p);
-                        for _ in 1..MAX_BATCH {
-                            match proposals.try_recv() {
-                                Ok(p) => self.log_proposal(p),
-                                Err(_) => break,
+                        Some(p) => {
+                            self.log_proposal(p);
+                            for _ in 1..MAX_BATCH {
+                                match proposals.try_recv() {
+                                    Ok(p) => self.log_proposal(p),
+                                    Err(_) => break,
+                                }
                             }
                         }
-                    }
-                    None => open = false,
+                        None => open = false,
                     }
                 }
             }
