@@ -36,13 +36,7 @@ rounds=${ROUNDS:-2}
 port=${PORT:-5100}
 cores=$(nproc)
 [ "$cores" -ge 2 ] || { echo "cores.sh: needs 2 cores, this machine has $cores" >&2; exit 1; }
-work=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_work_dir
 
 # scrape FILE: the metrics this script reads, and the process's CPU.
 scrape() {

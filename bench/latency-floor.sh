@@ -17,13 +17,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:-$here/../target/release/runnel}
 count=${COUNT:-3000}
 port=${PORT:-4707}
-work=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_work_dir
 
 python_loop() { # PORT STREAM
   python3 - "$1" "$2" "$count" <<'PY'

@@ -1,5 +1,14 @@
 # Helpers the bench scripts share; source it: . "$(dirname "$0")/lib.sh"
 
+# use_work_dir: sets $work to a fresh temporary directory and $pid to
+# empty; on exit, the server whose pid the script left in $pid is stopped
+# and $work removed.
+use_work_dir() {
+  work=$(mktemp -d)
+  pid=
+  trap 'if [ -n "$pid" ]; then kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null; fi; rm -rf "$work"' EXIT
+}
+
 # wait_port PORT: waits up to 30 s for something to listen on
 # 127.0.0.1:PORT; fails otherwise.
 wait_port() {

@@ -35,13 +35,7 @@ rounds=${ROUNDS:-2}
 port=${PORT:-4800}
 systems=("$@")
 [ ${#systems[@]} -gt 0 ] || systems=(runnel runnel-nosync durable-streams-0.1.5)
-work=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_work_dir
 
 start() { # SYSTEM DATA: sets pid and api
   case "$1" in

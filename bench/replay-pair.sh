@@ -26,13 +26,7 @@ clients=${CLIENTS:-200}
 events=${EVENTS:-200}
 port=${PORT:-4703}
 peers=${RUNNEL_PEERS_DIR:-/opt/runnel-peers}
-work=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_work_dir
 
 if [[ " $systems " == *" durable-rust "* ]] && [ ! -x "$peers/bin/durable-streams-server" ]; then
   cargo install --locked --root "$peers" durable-streams-server@0.3.0

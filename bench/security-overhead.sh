@@ -21,13 +21,7 @@ duration=${DURATION:-20}
 rounds=${ROUNDS:-3}
 port=${PORT:-4706}
 setups=(${SETUPS:-open tokens limited tls})
-work=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_work_dir
 
 token=bench-writer-token-$RANDOM$RANDOM
 sha() { printf '%s' "$1" | sha256sum | cut -d' ' -f1; }

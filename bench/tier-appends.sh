@@ -17,13 +17,7 @@ streams=${STREAMS:-500}
 duration=${DURATION:-20}
 rounds=${ROUNDS:-3}
 port=${PORT:-4704}
-work=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_work_dir
 
 run() { # SETUP ROUND
   local dir=$work/$1-$2 flags

@@ -10,13 +10,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 bin=${1:-$here/../target/release/runnel}
 streams=${STREAMS:-1000000}
 port=${PORT:-4701}
-work=$(mktemp -d)
-pid=
-cleanup() {
-  [ -n "$pid" ] && kill "$pid" 2>/dev/null && wait "$pid" 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
+use_work_dir
 
 rss_kib() { awk '/VmRSS/ {print $2}' "/proc/$1/status"; }
 start() {
