@@ -83,7 +83,10 @@ impl Cluster {
         env: &[(&str, &str)],
     ) -> Cluster {
         let env = owned(env);
-        Cluster::start_at(dir, ports.to_vec(), extra, None, &[], &env).await
+        match Cluster::start_at(dir, ports.to_vec(), extra, None, &[], &env).await {
+            Ok(cluster) => cluster,
+            Err(exited) => panic!("{exited}"),
+        }
     }
 
     /// [`Cluster::start`] with node `i` in zone `zones[i]` (named in
@@ -100,11 +103,28 @@ impl Cluster {
         zones: &[&str],
         env: &[(String, String)],
     ) -> Cluster {
-        // Each node's HTTP port and, next to it, its Raft port.
-        let ports: Vec<u16> = (0..nodes).map(|_| super::reserve_ports(2)).collect();
-        Cluster::start_at(dir, ports, extra, admin_token, zones, env).await
+        // A process outside this test binary (another CI lane's server)
+        // can bind a port between its reservation here and the node's
+        // bind; the node then exits at once, and the cluster is started
+        // again, from empty data directories, on other ports.
+        for _ in 0..3 {
+            // Each node's HTTP port and, next to it, its Raft port.
+            let ports: Vec<u16> = (0..nodes).map(|_| super::reserve_ports(2)).collect();
+            match Cluster::start_at(dir, ports, extra, admin_token, zones, env).await {
+                Ok(cluster) => return cluster,
+                Err(exited) => {
+                    eprintln!("{exited}; starting the cluster again on other ports");
+                    for i in 0..nodes {
+                        let _ = std::fs::remove_dir_all(dir.join(format!("n{}", i + 1)));
+                    }
+                }
+            }
+        }
+        panic!("a node exited before the cluster formed, on three sets of ports in a row");
     }
 
+    /// Starts the nodes on `ports` and waits until they agree on leaders;
+    /// the error names a node that exited first.
     async fn start_at(
         dir: &Path,
         ports: Vec<u16>,
@@ -112,7 +132,7 @@ impl Cluster {
         admin_token: Option<&str>,
         zones: &[&str],
         env: &[(String, String)],
-    ) -> Cluster {
+    ) -> Result<Cluster, String> {
         let nodes = ports.len();
         let peers = ports
             .iter()
@@ -137,12 +157,38 @@ impl Cluster {
         for i in 0..nodes {
             cluster.spawn(i);
         }
-        cluster.wait_for_leaders(Duration::from_secs(30)).await;
+        cluster.wait_for_formation(Duration::from_secs(30)).await?;
         // A node that came up after its peers elected a leader holds its
         // vote until it has caught up; tests that kill a leader at once
         // need every node a voter first.
         cluster.wait_until_every_node_votes().await;
-        cluster
+        Ok(cluster)
+    }
+
+    /// [`Cluster::wait_for_leaders`] for a cluster just started: a node
+    /// that exits meanwhile ends the wait at once, with its exit status
+    /// and ports (a taken port is the usual cause), rather than after
+    /// the timeout as a node that never answers.
+    async fn wait_for_formation(&mut self, timeout: Duration) -> Result<(), String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            for (i, child) in self.children.iter_mut().enumerate() {
+                if let Some(Some(status)) = child.as_mut().map(|c| c.try_wait().ok().flatten()) {
+                    let port = self.ports[i];
+                    return Err(format!(
+                        "node {} (HTTP port {port}, Raft port {}) exited at start: {status}",
+                        i + 1,
+                        port + 1
+                    ));
+                }
+            }
+            let views = self.leader_views().await;
+            if self.agreed_leaders(&views).is_some() {
+                return Ok(());
+            }
+            assert!(Instant::now() < deadline, "no agreed leaders: {views:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     /// Waits until every running node votes in every group (a node that
@@ -326,22 +372,34 @@ impl Cluster {
     pub async fn wait_for_leaders(&self, timeout: Duration) -> Vec<usize> {
         let deadline = Instant::now() + timeout;
         loop {
-            let mut views = Vec::new();
-            for i in self.running() {
-                views.push(self.leaders(i).await);
-            }
-            if let Some(Some(first)) = views.first() {
-                let agreed = views.iter().all(|v| v.as_ref() == Some(first));
-                let live = first
-                    .iter()
-                    .all(|l| l.is_some_and(|l| self.children[l].is_some()));
-                if agreed && live {
-                    return first.iter().map(|l| l.unwrap()).collect();
-                }
+            let views = self.leader_views().await;
+            if let Some(leaders) = self.agreed_leaders(&views) {
+                return leaders;
             }
             assert!(Instant::now() < deadline, "no agreed leaders: {views:?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Each running node's view of the groups' leaders (`None`: it did
+    /// not answer).
+    async fn leader_views(&self) -> Vec<Option<Vec<Option<usize>>>> {
+        let mut views = Vec::new();
+        for i in self.running() {
+            views.push(self.leaders(i).await);
+        }
+        views
+    }
+
+    /// The leaders every view names, if they agree and every leader is
+    /// running.
+    fn agreed_leaders(&self, views: &[Option<Vec<Option<usize>>>]) -> Option<Vec<usize>> {
+        let first = views.first()?.as_ref()?;
+        let agreed = views.iter().all(|v| v.as_ref() == Some(first));
+        let live = first
+            .iter()
+            .all(|l| l.is_some_and(|l| self.children[l].is_some()));
+        (agreed && live).then(|| first.iter().map(|l| l.unwrap()).collect())
     }
 
     /// Waits until every running node that holds a group applied the same
