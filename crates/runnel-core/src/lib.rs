@@ -5,7 +5,8 @@
 //! ([`offset`]), JSON message framing ([`json`]), read planning
 //! ([`read`]), snapshots, trimming and retention ([`history`]) and the
 //! State Protocol fold the compactor uses ([`state_protocol`]), tiered
-//! history ([`tier`]), subscriptions ([`subscription`]), and what the
+//! history ([`tier`]), subscriptions ([`subscription`]), S2's records
+//! ([`records`]), and what the
 //! state holds in memory ([`memory`]). It does
 //! no IO, reads no clock (time arrives inside each [`command::Entry`]) and
 //! spawns nothing, so every rule can be tested
@@ -29,6 +30,7 @@ pub mod member_state;
 pub mod memory;
 pub mod offset;
 pub mod read;
+pub mod records;
 pub mod restore;
 pub mod state;
 pub mod state_protocol;

@@ -1,0 +1,201 @@
+//! Record admission against a plain model: any run of batches, with
+//! conditions that hold or not, command records among them and clocks
+//! that jump about, leaves stored bytes that decode to exactly the
+//! records admitted, in order, with dense sequence numbers, timestamps
+//! that never go back, and the fencing token and trim point the model
+//! expects; a refused batch is refused for the reason the model gives.
+
+use proptest::prelude::*;
+
+use super::{
+    admit, framing, AppendConditions, AppendRecord, Header, RecordConfig, RecordError, RecordTail,
+    Timestamping,
+};
+
+#[derive(Debug, Clone)]
+struct Step {
+    batch: Vec<AppendRecord>,
+    /// Ask for the right sequence number, a wrong one, or none.
+    match_seq: Option<bool>,
+    /// Give this token as the condition.
+    token: Option<String>,
+    now_ms: u64,
+}
+
+const TOKENS: [&str; 3] = ["", "w1", "w2"];
+
+fn record() -> impl Strategy<Value = AppendRecord> {
+    let headers = prop::collection::vec(
+        (
+            prop::collection::vec(any::<u8>(), 1..4),
+            prop::collection::vec(any::<u8>(), 0..4),
+        ),
+        0..3,
+    );
+    let plain = (
+        prop::option::of(0u64..3_000),
+        headers,
+        prop::collection::vec(any::<u8>(), 0..16),
+    )
+        .prop_map(|(timestamp, headers, body)| AppendRecord {
+            timestamp,
+            headers: headers
+                .into_iter()
+                .map(|(name, value)| Header { name, value })
+                .collect(),
+            body,
+        });
+    let command = |name: &'static str, body: Vec<u8>| AppendRecord {
+        timestamp: None,
+        headers: vec![Header {
+            name: vec![],
+            value: name.into(),
+        }],
+        body,
+    };
+    prop_oneof![
+        6 => plain,
+        1 => (0..TOKENS.len()).prop_map(move |i| command("fence", TOKENS[i].into())),
+        1 => (0u64..40).prop_map(move |seq| command("trim", seq.to_be_bytes().to_vec())),
+    ]
+}
+
+fn step() -> impl Strategy<Value = Step> {
+    (
+        prop::collection::vec(record(), 1..6),
+        prop::option::of(any::<bool>()),
+        prop::option::of(0..TOKENS.len()),
+        0u64..3_000,
+    )
+        .prop_map(|(batch, match_seq, token, now_ms)| Step {
+            batch,
+            match_seq,
+            token: token.map(|i| TOKENS[i].to_string()),
+            now_ms,
+        })
+}
+
+fn config() -> impl Strategy<Value = RecordConfig> {
+    (
+        prop_oneof![
+            Just(Timestamping::ClientPrefer),
+            Just(Timestamping::ClientRequire),
+            Just(Timestamping::Arrival)
+        ],
+        any::<bool>(),
+    )
+        .prop_map(|(timestamping, uncapped)| RecordConfig {
+            timestamping,
+            uncapped,
+        })
+}
+
+/// The model: every admitted record with the timestamp it must get, the
+/// token and the trim point.
+#[derive(Default)]
+struct Model {
+    records: Vec<(u64, Vec<Header>, Vec<u8>)>,
+    token: String,
+    trim_point: u64,
+}
+
+impl Model {
+    fn last_timestamp(&self) -> u64 {
+        self.records.last().map_or(0, |r| r.0)
+    }
+
+    /// What admitting `step` must do: refuse it (and why), or add its
+    /// records.
+    fn apply(&mut self, config: &RecordConfig, step: &Step) -> Result<(), RecordError> {
+        if config.timestamping == Timestamping::ClientRequire {
+            // Command records need one too.
+            if let Some(index) = step.batch.iter().position(|r| r.timestamp.is_none()) {
+                return Err(RecordError::MissingTimestamp { index });
+            }
+        }
+        if let Some(token) = &step.token {
+            if *token != self.token {
+                return Err(RecordError::FencingTokenMismatch {
+                    expected: self.token.clone(),
+                });
+            }
+        }
+        let next = self.records.len() as u64;
+        if step.match_seq == Some(false) {
+            return Err(RecordError::SeqNumMismatch { expected: next });
+        }
+        let end = next + step.batch.len() as u64;
+        for r in &step.batch {
+            let client = match config.timestamping {
+                Timestamping::Arrival => None,
+                _ => r.timestamp,
+            };
+            let mut t = client.unwrap_or(step.now_ms);
+            if !config.uncapped {
+                t = t.min(step.now_ms);
+            }
+            let t = t.max(self.last_timestamp());
+            self.records.push((t, r.headers.clone(), r.body.clone()));
+            if let Some(h) = r.headers.first().filter(|h| h.name.is_empty()) {
+                match h.value.as_slice() {
+                    b"fence" => self.token = String::from_utf8(r.body.clone()).unwrap(),
+                    b"trim" => {
+                        let seq = u64::from_be_bytes(r.body.as_slice().try_into().unwrap());
+                        self.trim_point = self.trim_point.max(seq.min(end));
+                    }
+                    _ => unreachable!("the generator makes fence and trim only"),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+proptest! {
+    #[test]
+    fn admission_matches_the_model(config in config(), steps in prop::collection::vec(step(), 1..12)) {
+        let mut tail = RecordTail::default();
+        let mut model = Model::default();
+        let mut stored = Vec::new();
+        for step in &steps {
+            let conditions = AppendConditions {
+                match_seq_num: step.match_seq.map(|right| {
+                    if right { tail.next_seq } else { tail.next_seq + 1 }
+                }),
+                fencing_token: step.token.clone(),
+            };
+            let got = admit(&tail, &config, &step.batch, &conditions, step.now_ms);
+            let expected = model.apply(&config, step);
+            match (got, expected) {
+                (Ok(admitted), Ok(())) => {
+                    prop_assert_eq!(admitted.first_seq, tail.next_seq);
+                    prop_assert_eq!(
+                        framing::record_ends(&admitted.bytes).unwrap(),
+                        admitted.record_ends.clone()
+                    );
+                    stored.extend_from_slice(&admitted.bytes);
+                    tail = admitted.tail;
+                }
+                (Err(got), Err(expected)) => prop_assert_eq!(got, expected),
+                (got, expected) => {
+                    prop_assert!(false, "admit gave {:?}, the model {:?}", got, expected)
+                }
+            }
+            prop_assert_eq!(tail.next_seq, model.records.len() as u64);
+            prop_assert_eq!(&tail.fencing_token, &model.token);
+            prop_assert_eq!(tail.trim_point, model.trim_point);
+            prop_assert_eq!(tail.last_timestamp, model.last_timestamp());
+        }
+        let decoded: Vec<_> = framing::records(&stored)
+            .map(|r| {
+                let r = r.unwrap();
+                (r.timestamp, r.owned_headers(), r.body.to_vec())
+            })
+            .collect();
+        prop_assert_eq!(decoded.len(), model.records.len());
+        for (got, expected) in decoded.iter().zip(&model.records) {
+            prop_assert_eq!(got, expected);
+        }
+        prop_assert!(decoded.windows(2).all(|w| w[0].0 <= w[1].0));
+    }
+}
