@@ -1,7 +1,15 @@
-//! Admission of an append batch to a record stream: from the stream's
-//! [`RecordTail`], its [`RecordConfig`], the batch, its conditions and the
-//! proposer's clock reading, either the bytes to store and the tail after
-//! them, or why nothing is stored.
+//! Admission of an append batch to a record stream, in two steps, as
+//! the engine needs them:
+//!
+//! 1. [`frame`], when the append is proposed: the batch's limits, its
+//!    command records and its timestamps are checked and decided from
+//!    the batch and the proposer's clock reading alone, and the records
+//!    framed for the log. What applying needs of them is kept in a
+//!    [`BatchSummary`]: the bytes are in the log by then, not in the
+//!    command.
+//! 2. [`decide`], when the append is applied: its conditions against the
+//!    stream's [`RecordTail`], the sequence numbers it gets, and the tail
+//!    after it. Every replica decides the same.
 //!
 //! The rules, S2's:
 //!
@@ -20,8 +28,14 @@
 //!   stream as it was before the batch;
 //! - timestamps follow the stream's [`Timestamping`]; a client's that is
 //!   ahead of the proposer's clock is capped to it unless the stream is
-//!   `uncapped`; and no record's is below the one before it (it gets the
-//!   one before's).
+//!   `uncapped`; and no record's is below the one before it.
+//!
+//! The last rule spans batches, and a batch is framed before the one
+//! ahead of it is applied. So the stored timestamps never go back within
+//! a batch, and a record's timestamp is the larger of its stored one and
+//! its stream's last before its batch ([`RecordTail::last_timestamp`]
+//! when the batch was applied, which the index keeps with the batch):
+//! [`super::framing::timestamps`].
 
 use super::framing;
 use super::{
@@ -73,22 +87,39 @@ pub struct AppendConditions {
     pub fencing_token: Option<String>,
 }
 
-/// An admitted batch.
+/// What applying a framed batch needs of it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Admitted {
+pub struct BatchSummary {
+    pub records: u32,
+    /// The largest stored timestamp (the last record's).
+    pub last_timestamp: u64,
+    /// The token of the batch's last `fence` command record.
+    pub fence: Option<String>,
+    /// The largest sequence number of its `trim` command records.
+    pub trim: Option<u64>,
+}
+
+/// A batch framed for the log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Framed {
     /// The records in the stored framing, with their timestamps.
     pub bytes: Vec<u8>,
     /// Where each record ends in `bytes`.
     pub record_ends: Vec<u32>,
+    pub summary: BatchSummary,
+}
+
+/// A framed batch applied.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Decided {
     /// The first record's sequence number (the last's is
     /// `tail.next_seq - 1`).
     pub first_seq: u64,
-    pub first_timestamp: u64,
     /// The stream's tail after the batch.
     pub tail: RecordTail,
 }
 
-impl Admitted {
+impl Decided {
     /// Whether the batch moved the trim point (so the stream's history
     /// below it is to be dropped).
     pub fn trims(&self, before: &RecordTail) -> bool {
@@ -105,15 +136,13 @@ enum CommandRecord {
 const COMMAND_FENCE: &[u8] = b"fence";
 const COMMAND_TRIM: &[u8] = b"trim";
 
-/// Admits `batch` to a stream whose tail is `tail`, at the proposer's
-/// clock reading `now_ms`, or says why not (and then nothing changes).
-pub fn admit(
-    tail: &RecordTail,
+/// Checks `batch` and frames it for a stream configured as `config`, at
+/// the proposer's clock reading `now_ms`; or says why it is refused.
+pub fn frame(
     config: &RecordConfig,
     batch: &[AppendRecord],
-    conditions: &AppendConditions,
     now_ms: u64,
-) -> Result<Admitted, RecordError> {
+) -> Result<Framed, RecordError> {
     if batch.is_empty() {
         return Err(RecordError::EmptyBatch);
     }
@@ -121,15 +150,18 @@ pub fn admit(
         return Err(RecordError::TooManyRecords { count: batch.len() });
     }
     let mut batch_bytes = 0;
-    let mut commands = Vec::new();
+    let mut fence = None;
+    let mut trim = None;
     for (index, record) in batch.iter().enumerate() {
         let bytes = metered_bytes(&record.headers, &record.body);
         if bytes > MAX_RECORD_BYTES {
             return Err(RecordError::RecordTooLarge { index, bytes });
         }
         batch_bytes += bytes;
-        if let Some(command) = command_of(index, record)? {
-            commands.push((index, command));
+        match command_of(index, record)? {
+            Some(CommandRecord::Fence(token)) => fence = Some(token),
+            Some(CommandRecord::Trim(seq)) => trim = trim.max(Some(seq)),
+            None => {}
         }
         if config.timestamping == Timestamping::ClientRequire && record.timestamp.is_none() {
             return Err(RecordError::MissingTimestamp { index });
@@ -138,6 +170,48 @@ pub fn admit(
     if batch_bytes > MAX_BATCH_BYTES {
         return Err(RecordError::BatchTooLarge { bytes: batch_bytes });
     }
+    let mut bytes = Vec::with_capacity(
+        batch
+            .iter()
+            .map(|r| framing::framed_len(&r.headers, &r.body))
+            .sum(),
+    );
+    let mut record_ends = Vec::with_capacity(batch.len());
+    let mut last_timestamp = 0;
+    for record in batch {
+        let given = match config.timestamping {
+            Timestamping::Arrival => None,
+            Timestamping::ClientPrefer | Timestamping::ClientRequire => record.timestamp,
+        };
+        let capped = match given {
+            Some(t) if config.uncapped => t,
+            Some(t) => t.min(now_ms),
+            None => now_ms,
+        };
+        last_timestamp = capped.max(last_timestamp);
+        framing::encode(&mut bytes, last_timestamp, &record.headers, &record.body);
+        record_ends.push(u32::try_from(bytes.len()).expect("a batch is at most a few MiB"));
+    }
+    assert_eq!(record_ends.len(), batch.len());
+    Ok(Framed {
+        bytes,
+        record_ends,
+        summary: BatchSummary {
+            records: u32::try_from(batch.len()).expect("a batch is at most 1,000 records"),
+            last_timestamp,
+            fence,
+            trim,
+        },
+    })
+}
+
+/// Applies a framed batch of `summary` with `conditions` to a stream
+/// whose tail is `tail`, or says why not (and then nothing changes).
+pub fn decide(
+    tail: &RecordTail,
+    summary: &BatchSummary,
+    conditions: &AppendConditions,
+) -> Result<Decided, RecordError> {
     if let Some(token) = &conditions.fencing_token {
         if *token != tail.fencing_token {
             return Err(RecordError::FencingTokenMismatch {
@@ -152,54 +226,23 @@ pub fn admit(
             });
         }
     }
-    let first_seq = tail.next_seq;
-    let end_seq = first_seq
-        .checked_add(batch.len() as u64)
+    let end_seq = tail
+        .next_seq
+        .checked_add(u64::from(summary.records))
         .ok_or(RecordError::SeqNumOverflow)?;
-
-    // Everything is decided: the batch is admitted.
     let mut after = tail.clone();
     after.next_seq = end_seq;
-    let mut bytes = Vec::with_capacity(
-        batch
-            .iter()
-            .map(|r| framing::framed_len(&r.headers, &r.body))
-            .sum(),
-    );
-    let mut record_ends = Vec::with_capacity(batch.len());
-    let mut first_timestamp = None;
-    for record in batch {
-        let given = match config.timestamping {
-            Timestamping::Arrival => None,
-            Timestamping::ClientPrefer | Timestamping::ClientRequire => record.timestamp,
-        };
-        let capped = match given {
-            Some(t) if config.uncapped => t,
-            Some(t) => t.min(now_ms),
-            None => now_ms,
-        };
-        let timestamp = capped.max(after.last_timestamp);
-        after.last_timestamp = timestamp;
-        first_timestamp.get_or_insert(timestamp);
-        framing::encode(&mut bytes, timestamp, &record.headers, &record.body);
-        record_ends.push(u32::try_from(bytes.len()).expect("a batch is at most a few MiB"));
+    after.last_timestamp = tail.last_timestamp.max(summary.last_timestamp);
+    if let Some(token) = &summary.fence {
+        after.fencing_token = token.clone();
     }
-    for (_, command) in commands {
-        match command {
-            CommandRecord::Fence(token) => after.fencing_token = token,
-            CommandRecord::Trim(seq) => {
-                after.trim_point = after.trim_point.max(seq.min(end_seq));
-            }
-        }
+    if let Some(seq) = summary.trim {
+        after.trim_point = after.trim_point.max(seq.min(end_seq));
     }
     assert!(after.trim_point <= after.next_seq);
-    assert!(after.last_timestamp >= tail.last_timestamp);
-    assert_eq!(record_ends.len(), batch.len());
-    Ok(Admitted {
-        bytes,
-        record_ends,
-        first_seq,
-        first_timestamp: first_timestamp.expect("a batch has a record"),
+    assert!(after.next_seq > tail.next_seq, "a batch holds a record");
+    Ok(Decided {
+        first_seq: tail.next_seq,
         tail: after,
     })
 }
@@ -270,29 +313,39 @@ mod tests {
         AppendConditions::default()
     }
 
+    /// Frames and applies at once (as a single node with one append in
+    /// flight does).
+    fn admit(
+        tail: &RecordTail,
+        config: &RecordConfig,
+        batch: &[AppendRecord],
+        conditions: &AppendConditions,
+        now_ms: u64,
+    ) -> Result<(Framed, Decided), RecordError> {
+        let framed = frame(config, batch, now_ms)?;
+        let decided = decide(tail, &framed.summary, conditions)?;
+        Ok((framed, decided))
+    }
+
     #[test]
     fn records_get_dense_sequence_numbers_and_their_bytes_decode() {
         let config = RecordConfig::default();
-        let first = admit(
-            &RecordTail::default(),
-            &config,
-            &[plain("a"), plain("bc")],
-            &none(),
-            1_000,
-        )
-        .unwrap();
+        let batch = [plain("a"), plain("bc")];
+        let (framed, first) =
+            admit(&RecordTail::default(), &config, &batch, &none(), 1_000).unwrap();
         assert_eq!(first.first_seq, 0);
         assert_eq!(first.tail.next_seq, 2);
-        assert_eq!(first.first_timestamp, 1_000);
+        assert_eq!(first.tail.last_timestamp, 1_000);
+        assert_eq!(framed.summary.records, 2);
         assert_eq!(
-            framing::record_ends(&first.bytes).unwrap(),
-            first.record_ends
+            framing::record_ends(&framed.bytes).unwrap(),
+            framed.record_ends
         );
-        let bodies: Vec<_> = framing::records(&first.bytes)
+        let bodies: Vec<_> = framing::records(&framed.bytes)
             .map(|r| r.unwrap().body.to_vec())
             .collect();
         assert_eq!(bodies, [b"a".to_vec(), b"bc".to_vec()]);
-        let second = admit(&first.tail, &config, &[plain("d")], &none(), 1_001).unwrap();
+        let (_, second) = admit(&first.tail, &config, &[plain("d")], &none(), 1_001).unwrap();
         assert_eq!(second.first_seq, 2);
         assert_eq!(second.tail.next_seq, 3);
     }
@@ -303,10 +356,15 @@ mod tests {
             last_timestamp: 500,
             ..RecordTail::default()
         };
+        // As the stream shows them.
         let stamps = |config: RecordConfig, batch: &[AppendRecord]| -> Vec<u64> {
-            let admitted = admit(&tail, &config, batch, &none(), 1_000).unwrap();
-            framing::records(&admitted.bytes)
-                .map(|r| r.unwrap().timestamp)
+            let (framed, decided) = admit(&tail, &config, batch, &none(), 1_000).unwrap();
+            assert_eq!(
+                decided.tail.last_timestamp,
+                tail.last_timestamp.max(framed.summary.last_timestamp)
+            );
+            framing::timestamps(tail.last_timestamp, &framed.bytes)
+                .map(Result::unwrap)
                 .collect()
         };
         let batch = [at(700, "a"), plain("b"), at(600, "c"), at(5_000, "d")];
@@ -330,7 +388,7 @@ mod tests {
             ..prefer
         };
         assert_eq!(
-            admit(&tail, &require, &batch, &none(), 1_000),
+            frame(&require, &batch, 1_000),
             Err(RecordError::MissingTimestamp { index: 1 })
         );
     }
@@ -347,42 +405,39 @@ mod tests {
             match_seq_num: seq,
             fencing_token: token.map(str::to_string),
         };
+        let one = frame(&config, &[plain("a")], 0).unwrap().summary;
         assert_eq!(
-            admit(&tail, &config, &[plain("a")], &with(Some(6), None), 0),
+            decide(&tail, &one, &with(Some(6), None)),
             Err(RecordError::SeqNumMismatch { expected: 7 })
         );
         assert_eq!(
-            admit(&tail, &config, &[plain("a")], &with(None, Some("w2")), 0),
+            decide(&tail, &one, &with(None, Some("w2"))),
             Err(RecordError::FencingTokenMismatch {
                 expected: "w1".into()
             })
         );
-        let ok = admit(&tail, &config, &[plain("a")], &with(Some(7), Some("w1")), 0).unwrap();
+        let ok = decide(&tail, &one, &with(Some(7), Some("w1"))).unwrap();
         assert_eq!(ok.first_seq, 7);
         // A fence in the batch counts from the next batch on.
-        let fenced = admit(
-            &tail,
-            &config,
-            &[command("fence", b"w2"), plain("b")],
-            &with(None, Some("w1")),
-            0,
-        )
-        .unwrap();
+        let fencing = frame(&config, &[command("fence", b"w2"), plain("b")], 0).unwrap();
+        let fenced = decide(&tail, &fencing.summary, &with(None, Some("w1"))).unwrap();
         assert_eq!(fenced.tail.fencing_token, "w2");
         assert_eq!(fenced.tail.next_seq, 9);
         assert!(matches!(
-            admit(
-                &fenced.tail,
-                &config,
-                &[plain("c")],
-                &with(None, Some("w1")),
-                0
-            ),
+            decide(&fenced.tail, &one, &with(None, Some("w1"))),
             Err(RecordError::FencingTokenMismatch { .. })
         ));
+        // The last fence of a batch stands.
+        let twice = frame(
+            &config,
+            &[command("fence", b"a"), command("fence", b"b")],
+            0,
+        )
+        .unwrap();
+        assert_eq!(twice.summary.fence.as_deref(), Some("b"));
         // The empty token is the stream's until a fence.
         let fresh = RecordTail::default();
-        assert!(admit(&fresh, &config, &[plain("a")], &with(None, Some("")), 0).is_ok());
+        assert!(decide(&fresh, &one, &with(None, Some(""))).is_ok());
     }
 
     #[test]
@@ -394,23 +449,25 @@ mod tests {
             ..RecordTail::default()
         };
         let trim = |seq: u64| command("trim", &seq.to_be_bytes());
-        let forward = admit(&tail, &config, &[trim(6)], &none(), 0).unwrap();
+        let (_, forward) = admit(&tail, &config, &[trim(6)], &none(), 0).unwrap();
         assert_eq!(forward.tail.trim_point, 6);
         assert!(forward.trims(&tail));
-        let back = admit(&tail, &config, &[trim(2)], &none(), 0).unwrap();
+        let (_, back) = admit(&tail, &config, &[trim(2)], &none(), 0).unwrap();
         assert_eq!(back.tail.trim_point, 4);
         assert!(!back.trims(&tail));
         // Past the tail: to the tail after the batch (the trim record too).
-        let past = admit(&tail, &config, &[trim(99), plain("x")], &none(), 0).unwrap();
+        let (_, past) = admit(&tail, &config, &[trim(99), plain("x")], &none(), 0).unwrap();
         assert_eq!(past.tail.trim_point, 12);
         assert_eq!(past.tail.next_seq, 12);
+        // The highest trim of a batch stands.
+        let both = frame(&config, &[trim(8), trim(5)], 0).unwrap();
+        assert_eq!(both.summary.trim, Some(8));
     }
 
     #[test]
     fn bad_batches_are_refused_whole() {
         let config = RecordConfig::default();
-        let tail = RecordTail::default();
-        let refuse = |batch: &[AppendRecord]| admit(&tail, &config, batch, &none(), 0).unwrap_err();
+        let refuse = |batch: &[AppendRecord]| frame(&config, batch, 0).unwrap_err();
         assert_eq!(refuse(&[]), RecordError::EmptyBatch);
         assert_eq!(
             refuse(&vec![plain(""); MAX_BATCH_RECORDS + 1]),
@@ -470,8 +527,9 @@ mod tests {
             next_seq: u64::MAX,
             ..RecordTail::default()
         };
+        let one = frame(&config, &[plain("a")], 0).unwrap().summary;
         assert_eq!(
-            admit(&full, &config, &[plain("a")], &none(), 0),
+            decide(&full, &one, &none()),
             Err(RecordError::SeqNumOverflow)
         );
     }

@@ -181,6 +181,17 @@ impl<'a> Iterator for Records<'a> {
     }
 }
 
+/// The timestamps of the records of one batch as the stream shows them:
+/// as stored (never going back within a batch), and none below `floor`,
+/// the stream's last timestamp before the batch (see
+/// [`super::admit`]).
+pub fn timestamps(
+    floor: u64,
+    bytes: &[u8],
+) -> impl Iterator<Item = Result<u64, FramingError>> + '_ {
+    records(bytes).map(move |r| r.map(|r| r.timestamp.max(floor)))
+}
+
 /// Where each record of `bytes` ends (for a chunk's message ends), after
 /// checking that every byte belongs to a whole record.
 pub fn record_ends(bytes: &[u8]) -> Result<Vec<u32>, FramingError> {

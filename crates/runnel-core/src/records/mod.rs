@@ -7,12 +7,14 @@
 //! - the stored framing of records ([`framing`]): what a record stream's
 //!   bytes are, as the log, tiered chunks and Durable Streams readers see
 //!   them;
-//! - the admission of an append batch ([`admit`]): its limits, its
-//!   conditions (`match_seq_num`, the fencing token), the timestamps it
-//!   gets, and the command records (`fence`, `trim`) it carries. Admission
-//!   decides everything from the stream's record tail, the batch and the
-//!   proposer's clock reading, so every replica that applies the same
-//!   batch reaches the same bytes and the same tail.
+//! - the admission of an append batch ([`admit`]): its limits, the
+//!   timestamps it gets and the command records (`fence`, `trim`) it
+//!   carries, decided when it is proposed from the batch and the
+//!   proposer's clock reading ([`frame`]); its conditions
+//!   (`match_seq_num`, the fencing token) and the sequence numbers it
+//!   gets, decided when it is applied from the stream's record tail
+//!   ([`decide`]). Every replica that applies the same batch reaches the
+//!   same tail.
 //!
 //! A record's sequence number is not stored in its bytes: it is the
 //! number of records before it in the stream, so a chunk of records needs
@@ -24,7 +26,10 @@ pub mod framing;
 #[cfg(test)]
 mod proptests;
 
-pub use admit::{admit, Admitted, AppendConditions, RecordConfig, RecordTail, Timestamping};
+pub use admit::{
+    decide, frame, AppendConditions, BatchSummary, Decided, Framed, RecordConfig, RecordTail,
+    Timestamping,
+};
 pub use framing::{FramingError, RecordView};
 
 /// The content type of a record stream.

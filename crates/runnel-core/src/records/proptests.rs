@@ -1,15 +1,17 @@
 //! Record admission against a plain model: any run of batches, with
 //! conditions that hold or not, command records among them and clocks
-//! that jump about, leaves stored bytes that decode to exactly the
-//! records admitted, in order, with dense sequence numbers, timestamps
-//! that never go back, and the fencing token and trim point the model
-//! expects; a refused batch is refused for the reason the model gives.
+//! that jump about, all framed before any is applied (as a leader with
+//! appends in flight does), leaves stored bytes that decode to exactly
+//! the records admitted, in order, with dense sequence numbers,
+//! timestamps as the stream shows them that never go back, and the
+//! fencing token and trim point the model expects; a refused batch is
+//! refused for the reason the model gives.
 
 use proptest::prelude::*;
 
 use super::{
-    admit, framing, AppendConditions, AppendRecord, Header, RecordConfig, RecordError, RecordTail,
-    Timestamping,
+    decide, frame, framing, AppendConditions, AppendRecord, Header, RecordConfig, RecordError,
+    RecordTail, Timestamping,
 };
 
 #[derive(Debug, Clone)]
@@ -154,31 +156,43 @@ impl Model {
 proptest! {
     #[test]
     fn admission_matches_the_model(config in config(), steps in prop::collection::vec(step(), 1..12)) {
+        // Every batch framed first, then each applied in turn.
+        let framed: Vec<_> = steps
+            .iter()
+            .map(|step| frame(&config, &step.batch, step.now_ms))
+            .collect();
         let mut tail = RecordTail::default();
         let mut model = Model::default();
-        let mut stored = Vec::new();
-        for step in &steps {
+        let mut shown = Vec::new();
+        for (step, framed) in steps.iter().zip(framed) {
             let conditions = AppendConditions {
                 match_seq_num: step.match_seq.map(|right| {
                     if right { tail.next_seq } else { tail.next_seq + 1 }
                 }),
                 fencing_token: step.token.clone(),
             };
-            let got = admit(&tail, &config, &step.batch, &conditions, step.now_ms);
+            let got = framed.and_then(|framed| {
+                let decided = decide(&tail, &framed.summary, &conditions)?;
+                Ok((framed, decided))
+            });
             let expected = model.apply(&config, step);
             match (got, expected) {
-                (Ok(admitted), Ok(())) => {
-                    prop_assert_eq!(admitted.first_seq, tail.next_seq);
+                (Ok((framed, decided)), Ok(())) => {
+                    prop_assert_eq!(decided.first_seq, tail.next_seq);
                     prop_assert_eq!(
-                        framing::record_ends(&admitted.bytes).unwrap(),
-                        admitted.record_ends.clone()
+                        framing::record_ends(&framed.bytes).unwrap(),
+                        framed.record_ends.clone()
                     );
-                    stored.extend_from_slice(&admitted.bytes);
-                    tail = admitted.tail;
+                    let stamps = framing::timestamps(tail.last_timestamp, &framed.bytes);
+                    for (record, stamp) in framing::records(&framed.bytes).zip(stamps) {
+                        let record = record.unwrap();
+                        shown.push((stamp.unwrap(), record.owned_headers(), record.body.to_vec()));
+                    }
+                    tail = decided.tail;
                 }
                 (Err(got), Err(expected)) => prop_assert_eq!(got, expected),
                 (got, expected) => {
-                    prop_assert!(false, "admit gave {:?}, the model {:?}", got, expected)
+                    prop_assert!(false, "admission gave {:?}, the model {:?}", got.map(|_| ()), expected)
                 }
             }
             prop_assert_eq!(tail.next_seq, model.records.len() as u64);
@@ -186,16 +200,10 @@ proptest! {
             prop_assert_eq!(tail.trim_point, model.trim_point);
             prop_assert_eq!(tail.last_timestamp, model.last_timestamp());
         }
-        let decoded: Vec<_> = framing::records(&stored)
-            .map(|r| {
-                let r = r.unwrap();
-                (r.timestamp, r.owned_headers(), r.body.to_vec())
-            })
-            .collect();
-        prop_assert_eq!(decoded.len(), model.records.len());
-        for (got, expected) in decoded.iter().zip(&model.records) {
+        prop_assert_eq!(shown.len(), model.records.len());
+        for (got, expected) in shown.iter().zip(&model.records) {
             prop_assert_eq!(got, expected);
         }
-        prop_assert!(decoded.windows(2).all(|w| w[0].0 <= w[1].0));
+        prop_assert!(shown.windows(2).all(|w| w[0].0 <= w[1].0));
     }
 }
