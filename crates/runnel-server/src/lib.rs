@@ -392,7 +392,7 @@ async fn serve_connection<I>(
         return;
     };
     let io = TokioIo::new(connection::Rewind::new(prefix, io));
-    let served = watcher.watch(builder.serve_connection(io, hyper_service(app, peer)));
+    let served = Box::pin(watcher.watch(builder.serve_connection(io, hyper_service(app, peer))));
     if let Err(e) = served.await {
         tracing::debug!(error = %e, "connection ended with an error");
     }
@@ -501,7 +501,12 @@ where
         match next {
             NextRequest::Sse(request) => {
                 let response = respond(connection::sse_request(*request)).await;
-                if let Err(e) = serve_sse(io, response, stop, common).await {
+                // The later stages of a connection are boxed, here and
+                // below: held inline, each would make every connection's
+                // task as large as the largest of them for its whole
+                // life, a kept-alive connection waiting for a request
+                // included (3 KiB rather than 1.2 KiB).
+                if let Err(e) = Box::pin(serve_sse(io, response, stop, common)).await {
                     tracing::debug!(error = %e, "SSE connection ended with an error");
                 }
                 return None;
@@ -512,8 +517,10 @@ where
             } => {
                 let answered = match handlers::append_directly(&app, request, peer) {
                     Ok(appending) => {
-                        direct_connection::answer(&mut io, appending, false, keep_alive, common)
-                            .await
+                        Box::pin(direct_connection::answer(
+                            &mut io, appending, false, keep_alive, common,
+                        ))
+                        .await
                     }
                     Err(request) => {
                         let head_only = request.method() == http::Method::HEAD;
@@ -525,8 +532,10 @@ where
                         let responding = respond(request);
                         let answering =
                             async move { direct_connection::Answer::Response(responding.await) };
-                        direct_connection::answer(&mut io, answering, head_only, keep_alive, common)
-                            .await
+                        Box::pin(direct_connection::answer(
+                            &mut io, answering, head_only, keep_alive, common,
+                        ))
+                        .await
                     }
                 };
                 match answered {

@@ -66,8 +66,16 @@ const MAX_HEADERS: usize = 100;
 /// `received` holds bytes of it that already arrived (while the previous
 /// answer was prepared). The caller bounds how long this may take.
 pub async fn read_request<I: AsyncRead + Unpin>(io: &mut I, received: Bytes) -> NextRequest {
-    let mut buffer = BytesMut::with_capacity(1024.max(received.len()));
-    buffer.extend_from_slice(&received);
+    let mut buffer = if received.is_empty() {
+        match first_bytes(io).await {
+            Some(buffer) => buffer,
+            None => return NextRequest::Gone,
+        }
+    } else {
+        let mut buffer = BytesMut::with_capacity(1024.max(received.len()));
+        buffer.extend_from_slice(&received);
+        buffer
+    };
     drop(received);
     loop {
         let wanted = match classify(&mut buffer) {
@@ -82,6 +90,32 @@ pub async fn read_request<I: AsyncRead + Unpin>(io: &mut I, received: Bytes) -> 
             Ok(_) => {}
         }
     }
+}
+
+/// How much of a request's first bytes are read at once into the stack.
+const FIRST_READ: usize = 8192;
+
+/// Waits for the first bytes of a connection's next request, holding no
+/// buffer while it waits: a kept-alive connection waits here between
+/// requests, most of its life. They are read into the stack and copied
+/// into a buffer sized for them. `None`: the peer closed or failed.
+async fn first_bytes<I: AsyncRead + Unpin>(io: &mut I) -> Option<BytesMut> {
+    std::future::poll_fn(|cx| {
+        // Lives for this poll only, never in the future's state.
+        let mut stack = [std::mem::MaybeUninit::<u8>::uninit(); FIRST_READ];
+        let mut read = ReadBuf::uninit(&mut stack);
+        match Pin::new(&mut *io).poll_read(cx, &mut read) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Err(_)) => Poll::Ready(None),
+            Poll::Ready(Ok(())) if read.filled().is_empty() => Poll::Ready(None),
+            Poll::Ready(Ok(())) => {
+                let mut buffer = BytesMut::with_capacity(1024.max(read.filled().len()));
+                buffer.extend_from_slice(read.filled());
+                Poll::Ready(Some(buffer))
+            }
+        }
+    })
+    .await
 }
 
 /// What the bytes read so far decide.
