@@ -60,9 +60,12 @@ pub async fn stream(app: AppState, request: Request) -> Response {
     {
         return attempt(&app, &target, request).await;
     }
-    leader_retry::serve(&app, &target, request, |request| {
+    // Boxed: held inline, its room (an attempt, the request's parts and
+    // body) would be reserved in every request's future, on a single
+    // node too, where it never runs.
+    Box::pin(leader_retry::serve(&app, &target, request, |request| {
         attempt(&app, &target, request)
-    })
+    }))
     .await
 }
 
@@ -92,7 +95,9 @@ async fn attempt(app: &AppState, target: &Target, request: Request) -> Response 
             response.headers_mut().insert(SERVED_BY, served_by);
             response
         }
-        Route::Forward { node, addr } => forward(app, node, &addr, request).await,
+        // Boxed, as the rarer handlers in `dispatch` are (see
+        // `routes::route`).
+        Route::Forward { node, addr } => Box::pin(forward(app, node, &addr, request)).await,
         Route::NoLeader => leader_retry::Retry::Safe.mark(
             ApiError::Unavailable(
                 "this stream's group has no leader at the moment (election under way); retry"
@@ -256,23 +261,27 @@ async fn dispatch(app: AppState, target: Target, request: Request) -> Result<Res
         Target::Stream(name) => match method {
             Method::GET => read::get(app, name, request).await,
             Method::HEAD => head::head(app, name),
-            Method::PUT => create::put(app, name, request).await,
+            Method::PUT => Box::pin(create::put(app, name, request)).await,
             Method::POST => append::post(app, name, request).await,
-            Method::DELETE => delete::delete(app, name).await,
+            Method::DELETE => Box::pin(delete::delete(app, name)).await,
             _ => Err(ApiError::MethodNotAllowed),
         },
-        Target::Snapshot(name, offset) => snapshot::handle(app, name, offset, request).await,
-        Target::Bootstrap(name) if method == Method::GET => bootstrap::get(app, name).await,
+        Target::Snapshot(name, offset) => {
+            Box::pin(snapshot::handle(app, name, offset, request)).await
+        }
+        Target::Bootstrap(name) if method == Method::GET => {
+            Box::pin(bootstrap::get(app, name)).await
+        }
         Target::Retention(name, offset) if method == Method::PUT => {
-            snapshot::trim(app, name, offset).await
+            Box::pin(snapshot::trim(app, name, offset)).await
         }
         Target::Pin(name) => {
             if app.auth.is_none() {
                 pin::check_internal(&request)?;
             }
             match method {
-                Method::POST => pin::pin(app, name, request).await,
-                Method::DELETE => pin::unpin(app, name, request).await,
+                Method::POST => Box::pin(pin::pin(app, name, request)).await,
+                Method::DELETE => Box::pin(pin::unpin(app, name, request)).await,
                 _ => Err(ApiError::MethodNotAllowed),
             }
         }
