@@ -14,7 +14,9 @@
 //!   (`match_seq_num`, the fencing token) and the sequence numbers it
 //!   gets, decided when it is applied from the stream's record tail
 //!   ([`decide`]). Every replica that applies the same batch reaches the
-//!   same tail.
+//!   same tail;
+//! - where each batch starts ([`index`]), so that reads by sequence
+//!   number or timestamp find their batch by binary search.
 //!
 //! A record's sequence number is not stored in its bytes: it is the
 //! number of records before it in the stream, so a chunk of records needs
@@ -22,6 +24,7 @@
 
 pub mod admit;
 pub mod framing;
+pub mod index;
 
 #[cfg(test)]
 mod proptests;
@@ -31,6 +34,7 @@ pub use admit::{
     Timestamping,
 };
 pub use framing::{FramingError, RecordView};
+pub use index::{BatchStart, RecordIndex};
 
 /// The content type of a record stream.
 pub const RECORDS_CONTENT_TYPE: &str = "application/vnd.runnel.records";

@@ -5,13 +5,15 @@
 //! the records admitted, in order, with dense sequence numbers,
 //! timestamps as the stream shows them that never go back, and the
 //! fencing token and trim point the model expects; a refused batch is
-//! refused for the reason the model gives.
+//! refused for the reason the model gives. The batches' index finds
+//! every record by sequence number and by timestamp as a scan of the
+//! records does.
 
 use proptest::prelude::*;
 
 use super::{
-    decide, frame, framing, AppendConditions, AppendRecord, Header, RecordConfig, RecordError,
-    RecordTail, Timestamping,
+    decide, frame, framing, AppendConditions, AppendRecord, BatchStart, Header, RecordConfig,
+    RecordError, RecordIndex, RecordTail, Timestamping,
 };
 
 #[derive(Debug, Clone)]
@@ -164,6 +166,8 @@ proptest! {
         let mut tail = RecordTail::default();
         let mut model = Model::default();
         let mut shown = Vec::new();
+        let mut index = RecordIndex::default();
+        let mut stored = 0u64;
         for (step, framed) in steps.iter().zip(framed) {
             let conditions = AppendConditions {
                 match_seq_num: step.match_seq.map(|right| {
@@ -183,6 +187,13 @@ proptest! {
                         framing::record_ends(&framed.bytes).unwrap(),
                         framed.record_ends.clone()
                     );
+                    index.push(BatchStart {
+                        seq: decided.first_seq,
+                        position: stored,
+                        floor: tail.last_timestamp,
+                        last_timestamp: decided.tail.last_timestamp,
+                    });
+                    stored += framed.bytes.len() as u64;
                     let stamps = framing::timestamps(tail.last_timestamp, &framed.bytes);
                     for (record, stamp) in framing::records(&framed.bytes).zip(stamps) {
                         let record = record.unwrap();
@@ -205,5 +216,36 @@ proptest! {
             prop_assert_eq!(got, expected);
         }
         prop_assert!(shown.windows(2).all(|w| w[0].0 <= w[1].0));
+
+        // The batch of each record, by scanning: the last that starts at
+        // or before it.
+        let batch_of = |seq: u64| index.iter().filter(|b| b.seq <= seq).last().map(|b| b.seq);
+        for seq in 0..tail.next_seq + 2 {
+            let expected = (seq < tail.next_seq).then(|| batch_of(seq)).flatten();
+            prop_assert_eq!(index.find_seq(seq, tail.next_seq).map(|b| b.seq), expected);
+        }
+        // Every timestamp shown, just after each, and before them all.
+        let probes = std::iter::once(0).chain(shown.iter().flat_map(|r| [r.0, r.0 + 1]));
+        for t in probes {
+            let first = shown.iter().position(|r| r.0 >= t).map(|seq| seq as u64);
+            prop_assert_eq!(
+                index.find_timestamp(t).map(|b| b.seq),
+                first.and_then(batch_of),
+                "timestamp {}", t
+            );
+        }
+        // A trim to the trim point drops only batches wholly below it.
+        let before: Vec<_> = index.iter().copied().collect();
+        let kept_from = index.drop_below(tail.trim_point);
+        let first_kept = index.first().copied();
+        for (i, b) in before.iter().enumerate() {
+            let end = before.get(i + 1).map_or(tail.next_seq, |n| n.seq);
+            let dropped = first_kept.is_some_and(|f| b.seq < f.seq);
+            prop_assert_eq!(dropped, end <= tail.trim_point && i + 1 < before.len());
+        }
+        prop_assert_eq!(kept_from.is_some(), index.len() < before.len());
+        if let (Some(position), Some(first)) = (kept_from, first_kept) {
+            prop_assert_eq!(position, first.position);
+        }
     }
 }
