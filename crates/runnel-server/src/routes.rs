@@ -51,11 +51,11 @@ pub async fn respond(app: AppState, request: Request<Body>) -> Response {
     response
 }
 
-/// Routes a request to its handler. Handlers other than the stream's
-/// (the common ones) are boxed: a future holds room for the largest
-/// future it awaits for its whole life, and a long-poll that waits for
-/// seconds would otherwise hold room for the largest of them all (7.5 KiB
-/// rather than the read's 1.7 KiB).
+/// Routes a request to its handler. Handlers other than a stream's
+/// (which serve most requests) are boxed: a future holds room for the
+/// largest future it awaits for its whole life, and a long-poll waits
+/// for seconds (a request's future held 7,536 bytes with them inline;
+/// 4,616 with these and the rarer stream handlers boxed).
 async fn route(app: AppState, request: Request<Body>) -> Response {
     let path = request.uri().path();
     if let Some(name) = path.strip_prefix(STREAM_PREFIX).filter(|n| !n.is_empty()) {

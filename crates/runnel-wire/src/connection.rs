@@ -12,7 +12,8 @@
 //! Why: an idle SSE reader or kept-alive reader is the connection a server
 //! holds most of, and hyper keeps an 8 KiB read buffer and an 8 KiB write
 //! buffer for every connection for its whole life. Here a request is read
-//! into a buffer that is freed once the request is answered. And an append
+//! into a buffer that is freed once the request is answered, and none is
+//! held while the connection waits for its next request. And an append
 //! is a small request answered by a small response: a plain append is
 //! answered from the request's bytes ([`RawRequest`]) with a head written
 //! by hand, without an `http::Request` or a header map
